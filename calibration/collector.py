@@ -1,0 +1,47 @@
+"""Run the FP32 model over the calibration stream and histogram every observed activation.
+
+Unlike ONNX Runtime's calibrators, which keep every activation of every sample until the
+end, each batch's activations are folded into fixed-size histograms and dropped: peak memory
+is one batch of activations plus `bins` counters per tensor, whatever the sample count.
+"""
+
+from typing import Callable
+
+import onnx
+
+from calibration.data import CalibrationSource
+from calibration.histogram import StreamingHistogram
+from quantize.runtime import session
+
+
+def collect_histograms(
+    model: onnx.ModelProto,
+    tensors: list[str],
+    source: CalibrationSource,
+    num_samples: int,
+    batch_size: int = 32,
+    threads: int = 0,
+    progress: Callable[[int, int], None] = lambda done, total: None,
+) -> dict[str, StreamingHistogram]:
+    """Histograms of `tensors` over the first `num_samples` samples of `source`."""
+    observed = _with_outputs(model, tensors)
+    sess = session(observed.SerializeToString(), threads)
+    histograms = {name: StreamingHistogram() for name in tensors}
+    done = 0
+    for batch in source.batches(0, num_samples, batch_size):
+        values = sess.run(tensors, batch)
+        for name, value in zip(tensors, values):
+            histograms[name].update(value)
+        done += len(next(iter(batch.values())))
+        progress(done, num_samples)
+    return histograms
+
+
+def _with_outputs(model: onnx.ModelProto, tensors: list[str]) -> onnx.ModelProto:
+    observed = onnx.ModelProto()
+    observed.CopyFrom(model)
+    present = {o.name for o in observed.graph.output}
+    for name in tensors:
+        if name not in present:
+            observed.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
+    return observed

@@ -1,0 +1,88 @@
+"""Range selection: from an activation's histogram to the [lo, hi] that uint8 will cover.
+
+Every method returns a range that contains 0, so that zero is exactly representable (the
+zero point) and ReLU-like clamping at 0 is exact.
+"""
+
+import numpy as np
+
+from calibration.histogram import StreamingHistogram
+
+UINT8_LEVELS = 256
+
+
+def minmax(h: StreamingHistogram) -> tuple[float, float]:
+    return h.min, h.max
+
+
+def percentile(h: StreamingHistogram, percent: float = 99.999) -> tuple[float, float]:
+    """Clip the tails so that `percent` % of the values lie inside, on each side."""
+    cdf = np.cumsum(h.counts)
+    tail = (1 - percent / 100) * cdf[-1]
+    edges = h.edges
+    hi = edges[1 + np.searchsorted(cdf, cdf[-1] - tail)]
+    lo = edges[np.searchsorted(cdf, tail, side="right")]
+    return max(h.min, lo), min(h.max, hi)
+
+
+def entropy(h: StreamingHistogram) -> tuple[float, float]:
+    """KL-divergence threshold (TensorRT's method, used by the INT8 Transformer paper).
+
+    Non-negative tensors use all 256 levels on [0, T]; signed ones fold |x| and search a
+    symmetric T with 128 levels a side, then clip to the observed range. Exact zeros are left
+    out: they cost nothing at any threshold, and after a ReLU their spike would dominate the
+    divergence and pull T far too low.
+    """
+    half = h.bins // 2
+    signed = h.min < 0
+    magnitude = h.counts[half:] + (h.counts[:half][::-1] if signed else 0)
+    magnitude[0] -= h.zeros
+    levels = UINT8_LEVELS // 2 if signed else UINT8_LEVELS
+    used = int(np.flatnonzero(magnitude)[-1]) + 1 if magnitude.any() else 1
+    width = h.limit / half
+    if used <= levels:
+        threshold = used * width
+    else:
+        candidates = np.unique(np.linspace(levels, used, min(used - levels + 1, 256)).astype(int))
+        divergences = [_kl_after_quantization(magnitude, i, levels) for i in candidates]
+        threshold = candidates[int(np.argmin(divergences))] * width
+    return (max(h.min, -threshold) if signed else 0.0), min(h.max, threshold)
+
+
+def _kl_after_quantization(counts: np.ndarray, size: int, levels: int) -> float:
+    p = counts[:size].astype(np.float64)
+    p[-1] += counts[size:].sum()
+    starts = np.linspace(0, size, levels + 1).astype(int)[:-1]
+    nonzero = counts[:size] > 0
+    group_total = np.add.reduceat(counts[:size].astype(np.float64), starts)
+    group_nonzero = np.add.reduceat(nonzero.astype(np.float64), starts)
+    group_size = np.diff(np.append(starts, size))
+    q = np.repeat(group_total / np.maximum(group_nonzero, 1), group_size) * nonzero
+    p /= p.sum()
+    q /= max(q.sum(), 1e-30)
+    mask = p > 0
+    return float(np.sum(p[mask] * np.log(p[mask] / np.maximum(q[mask], 1e-12))))
+
+
+def mse(h: StreamingHistogram) -> tuple[float, float]:
+    """The shrink of the observed range that minimises expected rounding + clipping error."""
+    lo, hi = min(h.min, 0.0), max(h.max, 0.0)
+    centres = 0.5 * (h.edges[:-1] + h.edges[1:])
+    weights = h.counts.astype(np.float64)
+    keep = weights > 0
+    centres, weights = centres[keep], weights[keep]
+    scales = np.linspace(0.02, 1.0, 99)[:, None]
+    c_lo, c_hi = scales * lo, scales * hi
+    step = (c_hi - c_lo) / (UINT8_LEVELS - 1)
+    clipped = np.clip(centres[None, :], c_lo, c_hi)
+    error = (centres[None, :] - clipped) ** 2 + step**2 / 12
+    best = float(scales[int(np.argmin(error @ weights)), 0])
+    return best * lo, best * hi
+
+
+METHODS = {"minmax": minmax, "percentile": percentile, "entropy": entropy, "mse": mse}
+
+
+def choose_range(h: StreamingHistogram, method: str, percent: float = 99.999) -> tuple[float, float]:
+    lo, hi = percentile(h, percent) if method == "percentile" else METHODS[method](h)
+    return min(float(lo), 0.0), max(float(hi), 0.0)

@@ -1,0 +1,1 @@
+"""Reference models that prove the toolkit on real work."""

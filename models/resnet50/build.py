@@ -1,0 +1,84 @@
+"""`python -m models.resnet50 build`: train ResNet-50 on Fashion-MNIST, export ONNX, cache both.
+
+Artefacts in `$QUANTIZE_CACHE/resnet50/`: `resnet50.keras`, `resnet50.onnx` (with the
+preprocessing recipe in its metadata), `calib.npz` (training images, never test images) and
+`test.npz` (the 10k test images, normalised, with labels).
+"""
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from models.resnet50 import data
+from quantize.atomic import atomic_path
+from quantize.cache import cache_dir
+
+
+@dataclass
+class TrainRecipe:
+    size: int = 32
+    epochs: int = 4
+    batch: int = 128
+    learning_rate: float = 2e-3
+    train_samples: int = 60000
+    stages: tuple = (3, 4, 6, 3)
+    calib_samples: int = 1000
+    seed: int = 0
+
+
+def build(recipe: TrainRecipe = TrainRecipe(), out_dir: Path | None = None, log=print) -> Path:
+    """Train (unless cached) and export; returns the directory holding the artefacts."""
+    out_dir = Path(out_dir or cache_dir("resnet50"))
+    onnx_path = out_dir / "resnet50.onnx"
+    if onnx_path.exists():
+        log(f"cached: {onnx_path}")
+        return out_dir
+    import keras
+
+    from models.resnet50.network import resnet50
+    from quantize.frontend.tensorflow import keras_to_onnx
+
+    keras.utils.set_random_seed(recipe.seed)
+    train_x, train_y = data.load_split("train")
+    test_x, test_y = data.load_split("test")
+    train_x, train_y = train_x[: recipe.train_samples], train_y[: recipe.train_samples]
+    x = data.normalise(data.to_rgb(train_x, recipe.size))
+    model = resnet50(stages=recipe.stages)
+    steps = recipe.epochs * int(np.ceil(len(x) / recipe.batch))
+    schedule = keras.optimizers.schedules.CosineDecay(recipe.learning_rate, steps)
+    model.compile(keras.optimizers.Adam(schedule), keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+    start = time.perf_counter()
+    model.fit(_augmented(x, train_y, recipe), epochs=recipe.epochs, steps_per_epoch=int(np.ceil(len(x) / recipe.batch)), verbose=2)
+    log(f"trained in {time.perf_counter() - start:.0f} s")
+
+    rng = np.random.default_rng(recipe.seed)
+    calib = x[rng.choice(len(x), recipe.calib_samples, replace=False)]
+    with atomic_path(out_dir / "calib.npz") as tmp:
+        np.savez(tmp.open("wb"), image=calib)
+    with atomic_path(out_dir / "test.npz") as tmp:
+        np.savez(tmp.open("wb"), image=data.normalise(data.to_rgb(test_x, recipe.size)), label=test_y)
+    model.save(out_dir / "resnet50.keras")
+    proto = keras_to_onnx(model)
+    recipe_meta = dict(data.PREPROCESS, size=recipe.size)
+    proto.metadata_props.add(key="quantize.preprocess", value=json.dumps(recipe_meta))
+    with atomic_path(onnx_path) as tmp:
+        onnx.save(proto, str(tmp))
+    log(f"wrote {onnx_path}")
+    return out_dir
+
+
+def _augmented(x: np.ndarray, y: np.ndarray, recipe: TrainRecipe):
+    """Endless shuffled batches with random horizontal flips."""
+    rng = np.random.default_rng(recipe.seed)
+    while True:
+        order = rng.permutation(len(x))
+        for i in range(0, len(x), recipe.batch):
+            idx = order[i:i + recipe.batch]
+            xb = x[idx]
+            flip = rng.random(len(idx)) < 0.5
+            xb[flip] = xb[flip, :, ::-1]
+            yield xb, y[idx]

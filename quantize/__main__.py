@@ -1,0 +1,5 @@
+import sys
+
+from quantize.cli import main
+
+sys.exit(main())

@@ -1,0 +1,166 @@
+"""`quantize MODEL --calib DATA -o OUT`: the command line over `quantize_`."""
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+import onnx
+
+from calibration import METHODS, ImagePreprocess
+from quantize.atomic import atomic_path
+from quantize.config import QuantConfig
+from quantize.errors import QuantizeError
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="quantize", description="Post-training INT8 quantization of an FP32 model for CPU inference with ONNX Runtime.")
+    p.add_argument("model", type=Path, help=".onnx file, TensorFlow SavedModel directory, or Keras .keras/.h5 file")
+    p.add_argument("--calib", required=True, help=".npy, .npz (keys = input names), .h5 (datasets = input names, or FILE.h5:DATASET), or a directory of images")
+    p.add_argument("-o", "--output", type=Path, help="INT8 ONNX model to write (default: MODEL.int8.onnx beside MODEL)")
+    p.add_argument("--method", choices=sorted(METHODS), default=QuantConfig.method, help="activation range calibration (default: %(default)s)")
+    p.add_argument("--percentile", type=float, default=QuantConfig.percentile, help="for --method percentile (default: %(default)s)")
+    p.add_argument("--calib-samples", type=int, default=QuantConfig.calib_samples, help="calibration samples at most (default: %(default)s)")
+    p.add_argument("--batch-size", type=int, default=QuantConfig.batch_size, help="calibration batch (default: %(default)s)")
+    p.add_argument("--exclude", nargs="+", default=[], metavar="NAME_OR_OP", help="node names or op types to keep in FP32")
+    p.add_argument("--threads", type=int, default=0, help="ONNX Runtime intra-op threads (default: all cores)")
+    images = p.add_argument_group("image directory preprocessing (default: the model's stored recipe, else scale 1/255, RGB, NHWC)")
+    images.add_argument("--image-size", type=int, nargs="+", metavar="N", help="resize to N x N, or H W")
+    images.add_argument("--scale", type=float, help="multiply pixel values by this first (e.g. 0.00392)")
+    images.add_argument("--mean", type=float, nargs=3, help="per-channel mean subtracted after scaling")
+    images.add_argument("--std", type=float, nargs=3, help="per-channel std divided after the mean")
+    images.add_argument("--layout", choices=["NHWC", "NCHW"])
+    images.add_argument("--bgr", action="store_true", help="feed channels in BGR order")
+    p.add_argument("--report", type=Path, metavar="FILE.html", help="also measure throughput and write a validation report (HTML + JSON beside it)")
+    p.add_argument("--evaluate", metavar="NAME", help="task metric for the report, e.g. resnet50 (top-1)")
+    p.add_argument("--json", action="store_true", help="print the summary (or report) as JSON on stdout")
+    p.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    try:
+        return run(args)
+    except QuantizeError as exc:
+        print(f"quantize: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("quantize: interrupted; nothing written", file=sys.stderr)
+        return 130
+    except Exception as exc:
+        if args.debug:
+            raise
+        print(f"quantize: internal error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''} (rerun with --debug)", file=sys.stderr)
+        return 1
+
+
+def run(args: argparse.Namespace) -> int:
+    output = args.output or _default_output(args.model)
+    _check_output(args.model, output)
+    if args.report is not None:
+        _check_output(args.model, args.report)
+    try:
+        config = QuantConfig(method=args.method, percentile=args.percentile, calib_samples=args.calib_samples,
+                             batch_size=args.batch_size, exclude=tuple(args.exclude), threads=args.threads)
+        evaluator = None
+        if args.evaluate:
+            from quantize.evaluators import get_evaluator
+
+            evaluator = get_evaluator(args.evaluate)
+    except ValueError as exc:
+        raise QuantizeError("arguments", str(exc)) from None
+
+    from quantize import report
+    from quantize.pipeline import quantize_
+
+    with _progress() as advance:
+        result = quantize_(args.model, args.calib, config, _image_preprocess(args), advance)
+    with atomic_path(output) as tmp:
+        onnx.save(result.model, str(tmp))
+    summary = report.summarize(result)
+    summary["output"] = str(output)
+    if args.report is not None:
+        summary = report.evaluate(summary, result, evaluator)
+        report.write(summary, args.report)
+    if args.json:
+        print(json.dumps(summary, indent=2, default=float))
+    else:
+        _print_summary(summary, args.report)
+    return 0
+
+
+def _default_output(model: Path) -> Path:
+    return model.parent / f"{model.stem if model.is_file() else model.name}.int8.onnx"
+
+
+def _check_output(model: Path, output: Path) -> None:
+    if output.exists() and model.exists() and output.resolve() == model.resolve():
+        raise QuantizeError(output, "output path is the input model; the input is never overwritten")
+    if not output.parent.is_dir():
+        raise QuantizeError(output, f"output directory {output.parent} does not exist")
+    if output.is_dir():
+        raise QuantizeError(output, "output path is a directory; give a file name")
+
+
+def _image_preprocess(args) -> ImagePreprocess | None:
+    given = [args.image_size, args.scale, args.mean, args.std, args.layout, args.bgr or None]
+    if all(v is None for v in given):
+        return None
+    size = None
+    if args.image_size:
+        size = (args.image_size[0], args.image_size[-1])
+    default = ImagePreprocess()
+    return ImagePreprocess(size=size, scale=args.scale if args.scale is not None else default.scale,
+                           mean=tuple(args.mean or default.mean), std=tuple(args.std or default.std),
+                           layout=args.layout or default.layout, color="BGR" if args.bgr else "RGB")
+
+
+class _progress:
+    """A rich progress bar over calibration samples (silent when stderr is not a terminal)."""
+
+    def __enter__(self):
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
+
+        console = Console(stderr=True)
+        self.bar = Progress("calibrating", BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=console,
+                            disable=not console.is_terminal, transient=True)
+        self.bar.__enter__()
+        self.task = self.bar.add_task("calibrating", total=None)
+        return lambda done, total: self.bar.update(self.task, completed=done, total=total)
+
+    def __exit__(self, *exc):
+        return self.bar.__exit__(*exc)
+
+
+def _print_summary(s: dict, report_path: Path | None) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    ops = Table(title="Ops by precision")
+    for column in ("op type", "INT8", "FP32"):
+        ops.add_column(column, justify="left" if column == "op type" else "right")
+    for op, counts in s["coverage"]["by_op_type"].items():
+        ops.add_row(op, str(counts["int8"]), str(counts["fp32"]))
+    console.print(ops)
+    facts = Table(show_header=False, title="Summary")
+    size = s["size_bytes"]
+    facts.add_row("output", s["output"])
+    facts.add_row("size", f"{size['fp32'] / 1e6:.2f} MB -> {size['int8'] / 1e6:.2f} MB")
+    facts.add_row("calibration", f"{s['calibration']['samples']} samples, {s['calibration']['seconds']:.1f} s, method {s['recipe']['method']}")
+    for name, db in s["output_sqnr_db"].items():
+        facts.add_row(f"output SQNR {name}", f"{db:.1f} dB on {s['sqnr_samples']}")
+    if "throughput" in s:
+        t = s["throughput"]
+        facts.add_row("throughput", f"{t['fp32']['throughput']:.1f} -> {t['int8']['throughput']:.1f} samples/s ({t['speedup']:.2f}x, batch {t['int8']['batch']})")
+    if "metric" in s:
+        m = s["metric"]
+        facts.add_row(m["name"], f"{m['fp32']:.2f} -> {m['int8']:.2f} (drop {m['drop']:.2f})")
+    if report_path is not None:
+        facts.add_row("report", f"{report_path} (+ {report_path.with_suffix('.json').name})")
+    console.print(facts)
+    left = s["coverage"]["fp32_nodes"]
+    if left:
+        console.print(f"{len(left)} node(s) left in FP32; see --json or the report for each reason.")

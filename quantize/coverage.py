@@ -1,0 +1,63 @@
+"""What ONNX Runtime really runs in INT8: read its optimized graph, not our intentions.
+
+After the Q/DQ passes, ORT's graph optimiser fuses DequantizeLinear -> op -> QuantizeLinear
+into integer kernels where it has one. A planned node that survives in ORT's optimized graph
+as its float op with a dequantized input is an island: it runs in FP32 between a
+DequantizeLinear and a QuantizeLinear, which is slower than no quantization at all.
+"""
+
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+import onnx
+
+from quantize.runtime import session
+
+# Kernels that compute on integers (ORT names, any domain).
+INTEGER_OPS = {
+    "QLinearConv", "NhwcQLinearConv", "QLinearMatMul", "QGemm", "MatMulInteger", "MatMulIntegerToFloat",
+    "ConvInteger", "QLinearAdd", "QLinearMul", "QLinearConcat", "QLinearGlobalAveragePool",
+    "QLinearAveragePool", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax", "QAttention",
+    "DynamicQuantizeMatMul", "QLinearReduceMean", "QLinearWhere",
+}
+BOUNDARY_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"}
+# Ops that move data without arithmetic: they run on whatever type flows in (uint8 too).
+MOVEMENT_OPS = {"MaxPool", "NhwcMaxPool", "Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Concat", "Slice", "Gather", "Resize", "Shape"}
+
+
+def optimized_graph(model: onnx.ModelProto, threads: int = 1) -> onnx.GraphProto:
+    """The graph ORT will execute, after its fusions."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "optimized.onnx"
+        session(model.SerializeToString(), threads, optimized_path=path)
+        return onnx.load(str(path)).graph
+
+
+def float_islands(graph: onnx.GraphProto, planned: set[str]) -> set[str]:
+    """Planned nodes ORT still runs as float ops fed by a DequantizeLinear."""
+    producer = {out: node for node in graph.node for out in node.output}
+    islands = set()
+    for node in graph.node:
+        if node.name not in planned or node.op_type in INTEGER_OPS | BOUNDARY_OPS:
+            continue
+        fed = [producer.get(i) for i in node.input if i]
+        if any(p is not None and p.op_type == "DequantizeLinear" for p in fed):
+            islands.add(node.name)
+    return islands
+
+
+def kernel_counts(graph: onnx.GraphProto) -> dict[str, dict[str, int]]:
+    """Op counts of the executed graph: integer kernels, Q/DQ boundaries, data movement, float."""
+    counts: dict[str, Counter] = {kind: Counter() for kind in ("int8", "boundary", "movement", "float")}
+    for node in graph.node:
+        counts[_kind(node.op_type)][node.op_type] += 1
+    return {kind: dict(sorted(c.items())) for kind, c in counts.items()}
+
+
+def _kind(op_type: str) -> str:
+    if op_type in INTEGER_OPS:
+        return "int8"
+    if op_type in BOUNDARY_OPS:
+        return "boundary"
+    return "movement" if op_type in MOVEMENT_OPS else "float"

@@ -1,0 +1,34 @@
+"""Frontends: turn whatever the user holds into an ONNX model the passes can rewrite.
+
+`load_model` is the one entry point: `.onnx` files, TensorFlow SavedModel directories and
+Keras `.keras` / `.h5` files all come out as an `onnx.ModelProto` at opset >= 13 (the
+lowest opset with per-channel QuantizeLinear/DequantizeLinear).
+"""
+
+from pathlib import Path
+
+import onnx
+
+from quantize.errors import QuantizeError
+from quantize.frontend.onnx_file import load_onnx, upgrade_opset
+
+MIN_OPSET = 13
+
+
+def load_model(path) -> onnx.ModelProto:
+    path = Path(path)
+    if not path.exists():
+        raise QuantizeError(path, "no such file or directory")
+    if path.is_dir():
+        if not (path / "saved_model.pb").exists():
+            raise QuantizeError(path, "a directory is read as a TensorFlow SavedModel, but it has no saved_model.pb")
+        from quantize.frontend.tensorflow import saved_model_to_onnx
+
+        model = saved_model_to_onnx(path)
+    elif path.suffix in (".keras", ".h5", ".hdf5"):
+        from quantize.frontend.tensorflow import keras_file_to_onnx
+
+        model = keras_file_to_onnx(path)
+    else:
+        model = load_onnx(path)
+    return upgrade_opset(model, MIN_OPSET, path)

@@ -1,0 +1,42 @@
+"""Graph rewrites, each an onnx-ir pass: FP32 clean-up first, then lowering to Q/DQ.
+
+    cleanup(model)          shape inference, constant folding, BatchNorm folding, dead nodes
+    lower_to_qdq(model, p)  carry out a QuantPlan: absorb Relus, insert Q/DQ pairs
+"""
+
+import onnx_ir as ir
+from onnx_ir.passes import common
+
+from quantize.passes.absorb_activation import AbsorbActivationPass
+from quantize.passes.fold_batchnorm import FoldBatchNormPass
+from quantize.passes.fold_constants import FoldConstantsPass
+from quantize.passes.insert_qdq import InsertQDQPass
+from quantize.plan import QuantPlan
+
+__all__ = ["AbsorbActivationPass", "FoldBatchNormPass", "FoldConstantsPass", "InsertQDQPass", "cleanup", "lower_to_qdq"]
+
+
+def cleanup(model: ir.Model) -> ir.Model:
+    """The FP32 model, simplified and fully named; numerically the same function."""
+    passes = ir.passes.PassManager(
+        [
+            common.NameFixPass(),
+            common.LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0),
+            common.RemoveInitializersFromInputsPass(),
+            common.RemoveUnusedNodesPass(),
+            FoldConstantsPass(),
+            FoldBatchNormPass(),
+            common.IdentityEliminationPass(),
+            common.RemoveUnusedNodesPass(),
+            common.ShapeInferencePass(),
+            common.TopologicalSortPass(),
+        ]
+    )
+    return passes(model).model
+
+
+def lower_to_qdq(model: ir.Model, plan: QuantPlan) -> ir.Model:
+    passes = ir.passes.PassManager(
+        [AbsorbActivationPass(plan), InsertQDQPass(plan), common.RemoveUnusedNodesPass(), common.TopologicalSortPass(), common.CheckerPass()]
+    )
+    return passes(model).model

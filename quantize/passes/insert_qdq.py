@@ -1,0 +1,119 @@
+"""Insert QuantizeLinear/DequantizeLinear pairs that ONNX Runtime fuses into integer kernels.
+
+For each planned node: float activation inputs and outputs get a uint8 Q -> DQ pair (one per
+tensor, shared by all consumers); the weight becomes an int8 initializer with per-channel
+scales behind a DequantizeLinear; the bias becomes int32 at scale s_input * s_weight.
+"""
+
+import numpy as np
+import onnx_ir as ir
+
+from quantize.passes.initializers import add_initializer
+from quantize.plan import QuantPlan
+from quantize.policy import RULES, is_float
+from quantize.qparams import activation_qparams, quantize_bias, quantize_weight
+
+
+class InsertQDQPass(ir.passes.InPlacePass):
+    def __init__(self, plan: QuantPlan):
+        super().__init__()
+        self.plan = plan
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        graph = model.graph
+        self._dequantized: dict[str, ir.Value] = {}
+        self._weight_scales: dict[str, np.ndarray] = {}
+        planned = [node for node in graph if node.name in self.plan.nodes]
+        for node in planned:
+            self._quantize_inputs(graph, node)
+        for node in planned:
+            for out in node.outputs:
+                if is_float(out) and out.name in self.plan.ranges and not out.is_graph_output():
+                    self._route_through_qdq(graph, out)
+        return ir.passes.PassResult(model, modified=bool(planned))
+
+    def ensures(self, model: ir.Model) -> None:
+        for node in model.graph:
+            rule = RULES.get(node.op_type)
+            if node.name in self.plan.nodes and rule.weight is not None and len(node.inputs) > rule.weight:
+                producer = node.inputs[rule.weight].producer()
+                if node.op_type != "MatMul" and (producer is None or producer.op_type != "DequantizeLinear"):
+                    raise ir.passes.PostconditionError(f"{node.name}: weight is not dequantized int8")
+
+    def _quantize_inputs(self, graph: ir.Graph, node: ir.Node) -> None:
+        rule = RULES[node.op_type]
+        source = node.inputs[0]  # the bias scale needs its range, before it is rewired to a DQ
+        for index, value in enumerate(list(node.inputs)):
+            if value is None:
+                continue
+            if index == rule.weight and value.const_value is not None and is_float(value):
+                node.replace_input_with(index, self._weight(graph, node, value))
+            elif index == rule.bias and value.const_value is not None:
+                bias = self._bias(graph, node, value, source)
+                if bias is not None:
+                    node.replace_input_with(index, bias)
+            elif index in rule.activations and is_float(value) and value.name in self.plan.ranges:
+                node.replace_input_with(index, self._qdq(graph, value))
+
+    def _route_through_qdq(self, graph: ir.Graph, value: ir.Value) -> None:
+        dequantized = self._qdq(graph, value)
+        quantize_node = dequantized.producer().inputs[0].producer()
+        for user, index in list(value.uses()):
+            if user is not quantize_node:
+                user.replace_input_with(index, dequantized)
+
+    def _qdq(self, graph: ir.Graph, value: ir.Value) -> ir.Value:
+        if value.name in self._dequantized:
+            return self._dequantized[value.name]
+        scale, zero_point = activation_qparams(*self.plan.ranges[value.name])
+        s = add_initializer(graph, f"{value.name}_scale", scale)
+        z = add_initializer(graph, f"{value.name}_zero_point", zero_point)
+        q = ir.Node("", "QuantizeLinear", [value, s, z], name=f"{value.name}_QuantizeLinear")
+        dq = ir.Node("", "DequantizeLinear", [q.outputs[0], s, z], name=f"{value.name}_DequantizeLinear")
+        q.outputs[0].name, dq.outputs[0].name = f"{value.name}_quantized", f"{value.name}_dequantized"
+        dq.outputs[0].type, dq.outputs[0].shape = value.type, value.shape
+        producer = value.producer()
+        if producer is None:
+            graph.insert_before(graph.node(0), [q, dq])
+        else:
+            graph.insert_after(producer, [q, dq])
+        self._dequantized[value.name] = dq.outputs[0]
+        return dq.outputs[0]
+
+    def _weight(self, graph: ir.Graph, node: ir.Node, value: ir.Value) -> ir.Value:
+        weight = value.const_value.numpy()
+        axis = _channel_axis(node, weight)
+        q, scale = quantize_weight(weight, axis)
+        self._weight_scales[node.name] = scale
+        return self._dequantize_constant(graph, f"{node.name}_weight", q, scale, np.zeros_like(scale, np.int8), axis, value)
+
+    def _bias(self, graph: ir.Graph, node: ir.Node, value: ir.Value, source: ir.Value) -> ir.Value | None:
+        bias = value.const_value.numpy()
+        weight_scale = self._weight_scales.get(node.name)
+        if weight_scale is None or bias.ndim != 1 or weight_scale.size != bias.size or source.name not in self.plan.ranges:
+            return None
+        input_scale, _ = activation_qparams(*self.plan.ranges[source.name])
+        q, scale = quantize_bias(bias, input_scale, weight_scale)
+        return self._dequantize_constant(graph, f"{node.name}_bias", q, scale, np.zeros_like(scale, np.int32), 0, value)
+
+    def _dequantize_constant(self, graph, name, q, scale, zero_point, axis, like: ir.Value) -> ir.Value:
+        inputs = [add_initializer(graph, f"{name}_quantized", q), add_initializer(graph, f"{name}_scale", scale),
+                  add_initializer(graph, f"{name}_zero_point", zero_point)]
+        attributes = [ir.AttrInt64("axis", axis)] if axis is not None and scale.size > 1 else []
+        dq = ir.Node("", "DequantizeLinear", inputs, attributes=attributes, name=f"{name}_DequantizeLinear")
+        dq.outputs[0].name = f"{name}_dequantized"
+        dq.outputs[0].type, dq.outputs[0].shape = like.type, like.shape
+        graph.insert_before(graph.node(0), dq)
+        return dq.outputs[0]
+
+
+def _channel_axis(node: ir.Node, weight: np.ndarray) -> int | None:
+    """The output-channel axis of the weight, or None where one scale is all ORT takes."""
+    if node.op_type == "Conv":
+        return 0
+    if weight.ndim != 2:
+        return None
+    if node.op_type == "Gemm":
+        trans_b = node.attributes["transB"].value if "transB" in node.attributes else 0
+        return 0 if trans_b else 1
+    return 1

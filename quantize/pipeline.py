@@ -1,0 +1,182 @@
+"""`quantize_(model, calib, config)`: the one entry point from an FP32 model to an INT8 one.
+
+    frontend.load_model -> passes.cleanup -> calibration -> policy + plan
+      -> passes.lower_to_qdq -> coverage check in ORT's optimized graph (drop float islands)
+"""
+
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+
+from calibration import ImagePreprocess, InputSpec, collect_histograms, open_calibration
+from quantize import coverage, passes
+from quantize.config import QuantConfig
+from quantize.errors import QuantizeError
+from quantize.frontend import load_model
+from quantize.plan import QuantPlan, make_plan
+from quantize.policy import ABSORBABLE_ACTIVATIONS, RULES, is_float, select_nodes
+from quantize.runtime import session
+from quantize.validate import layer_sqnr, output_sqnr
+
+__version__ = "0.1.0"
+MAX_ISLAND_ROUNDS = 4
+PREPROCESS_KEY = "quantize.preprocess"
+
+
+@dataclass
+class NodeDecision:
+    name: str
+    op_type: str
+    precision: str  # "int8" or "fp32"
+    reason: str = ""
+
+
+@dataclass
+class QuantizeResult:
+    model: onnx.ModelProto
+    fp32_model: onnx.ModelProto
+    config: QuantConfig
+    decisions: list[NodeDecision]
+    kernels: dict
+    calibration_samples: int
+    calibration_seconds: float
+    output_sqnr_db: dict[str, float]
+    layer_sqnr_db: dict[str, float]
+    sqnr_samples: str
+    held_out: list[dict] = field(repr=False, default_factory=list)
+
+
+def quantize_(model_path, calib_path, config: QuantConfig = QuantConfig(), image_preprocess: ImagePreprocess | None = None,
+              progress: Callable[[int, int], None] = lambda done, total: None) -> QuantizeResult:
+    original = load_model(model_path)
+    clean = ir.serde.serialize_model(passes.cleanup(ir.serde.deserialize_model(original)))
+    inputs = input_specs(clean)
+    prep = image_preprocess or _recipe_preprocess(original)
+    source = open_calibration(calib_path, inputs, prep)
+    n_cal, held_range = _split(source.num_samples, config)
+    held_out = list(source.batches(*held_range, config.batch_size))
+    _check_cleanup(original, clean, held_out[0], model_path)
+
+    graph = ir.serde.deserialize_model(clean)
+    nodes = select_nodes(graph, config.exclude)
+    start = time.perf_counter()
+    histograms = collect_histograms(clean, observed_tensors(graph, nodes), source, n_cal, config.batch_size, config.threads, progress)
+    calibration_seconds = time.perf_counter() - start
+
+    islands: dict[str, str] = {}
+    for _ in range(MAX_ISLAND_ROUNDS):
+        plan = make_plan(ir.serde.deserialize_model(clean), nodes, histograms, config.method, config.percentile)
+        int8 = ir.serde.serialize_model(passes.lower_to_qdq(ir.serde.deserialize_model(clean), plan))
+        executed = coverage.optimized_graph(int8)
+        found = coverage.float_islands(executed, plan.nodes)
+        if not found:
+            break
+        islands.update({name: "ORT has no INT8 kernel for it here (left in FP32)" for name in found})
+        nodes -= found
+    _stamp(int8, original, config)
+    clamped = set(plan.absorbed.values())
+    return QuantizeResult(
+        model=int8,
+        fp32_model=clean,
+        config=config,
+        decisions=_decisions(graph, plan, islands, config.exclude),
+        kernels=coverage.kernel_counts(executed),
+        calibration_samples=n_cal,
+        calibration_seconds=calibration_seconds,
+        output_sqnr_db=output_sqnr(clean, int8, held_out, config.threads),
+        layer_sqnr_db=layer_sqnr(clean, int8, clamped, held_out[0], config.threads),
+        sqnr_samples=f"{held_range[1] - held_range[0]} held-out samples" if held_range[0] >= n_cal else f"{held_range[1]} calibration samples (none left to hold out)",
+        held_out=held_out,
+    )
+
+
+def input_specs(model: onnx.ModelProto) -> list[InputSpec]:
+    initializers = {i.name for i in model.graph.initializer}
+    specs = []
+    for value in model.graph.input:
+        if value.name in initializers:
+            continue
+        tensor = value.type.tensor_type
+        shape = tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim)
+        specs.append(InputSpec(value.name, shape, np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type))))
+    return specs
+
+
+def observed_tensors(graph: ir.Model, nodes: set[str]) -> list[str]:
+    """The float activations the plan may quantize: inputs and outputs of candidate nodes,
+    and the outputs of Relus after them (their range replaces the Relu)."""
+    names: dict[str, None] = {}
+    for node in graph.graph:
+        if node.name not in nodes:
+            continue
+        for value in [*node.inputs, *node.outputs]:
+            if is_float(value) and value.const_value is None:
+                names[value.name] = None
+        for user, _ in node.outputs[0].uses():
+            if user.op_type in ABSORBABLE_ACTIVATIONS:
+                names[user.outputs[0].name] = None
+    return list(names)
+
+
+def _split(total: int, config: QuantConfig) -> tuple[int, tuple[int, int]]:
+    """Calibration sample count and the [start, stop) window used to measure SQNR."""
+    n_cal = min(config.calib_samples, total)
+    if total > n_cal:
+        return n_cal, (n_cal, min(total, n_cal + config.held_out_samples))
+    spare = min(config.held_out_samples, total // 5)
+    if spare:
+        return total - spare, (total - spare, total)
+    return n_cal, (0, min(total, config.held_out_samples))
+
+
+def _check_cleanup(original: onnx.ModelProto, clean: onnx.ModelProto, batch: dict, model_path) -> None:
+    """The FP32 clean-up must not change what the model computes."""
+    try:
+        ref = session(original.SerializeToString()).run(None, batch)
+    except Exception as exc:  # ORT's own error types for a model it rejects
+        raise QuantizeError(model_path, f"ONNX Runtime cannot run the model: {str(exc).splitlines()[0]}") from None
+    got = session(clean.SerializeToString()).run(None, batch)
+    for r, g in zip(ref, got):
+        if r.dtype.kind == "f" and not np.allclose(r, g, rtol=1e-3, atol=1e-4 * (np.abs(r).max() + 1e-6)):
+            raise RuntimeError("internal error: FP32 clean-up changed the model's outputs; please report this model")
+
+
+def _recipe_preprocess(model: onnx.ModelProto) -> ImagePreprocess | None:
+    recipe = next((p.value for p in model.metadata_props if p.key == PREPROCESS_KEY), None)
+    return ImagePreprocess.from_recipe(json.loads(recipe)) if recipe else None
+
+
+def _stamp(int8: onnx.ModelProto, original: onnx.ModelProto, config: QuantConfig) -> None:
+    kept = {p.key: p.value for p in original.metadata_props if p.key == PREPROCESS_KEY}
+    kept["quantize.recipe"] = json.dumps(config.to_dict())
+    kept["quantize.calibration_method"] = config.method
+    kept["quantize.version"] = __version__
+    del int8.metadata_props[:]
+    for key, value in kept.items():
+        int8.metadata_props.add(key=key, value=value)
+    int8.producer_name, int8.producer_version = "quantize", __version__
+
+
+def _decisions(graph: ir.Model, plan: QuantPlan, islands: dict[str, str], exclude: tuple[str, ...]) -> list[NodeDecision]:
+    """One line per compute node of the FP32 graph: INT8 or FP32, and why."""
+    out = []
+    for node in graph.graph:
+        if node.name in plan.absorbed:
+            out.append(NodeDecision(node.name, node.op_type, "int8", "folded into the uint8 clamp"))
+        elif node.name in plan.nodes:
+            out.append(NodeDecision(node.name, node.op_type, "int8"))
+        elif node.name in islands:
+            out.append(NodeDecision(node.name, node.op_type, "fp32", islands[node.name]))
+        elif node.name in exclude or node.op_type in exclude:
+            out.append(NodeDecision(node.name, node.op_type, "fp32", "excluded by the user"))
+        elif node.op_type in RULES:
+            out.append(NodeDecision(node.name, node.op_type, "fp32", "no quantized neighbour or constant weight"))
+        elif node.outputs and is_float(node.outputs[0]):
+            out.append(NodeDecision(node.name, node.op_type, "fp32", "no INT8 kernel in ONNX Runtime"))
+    return out

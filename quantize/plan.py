@@ -1,0 +1,46 @@
+"""A quantization plan: which nodes run in INT8 and the range of every quantized tensor.
+
+The plan is made from the cleaned FP32 graph and the calibration histograms; the passes
+(`AbsorbActivationPass`, `InsertQDQPass`) only carry it out.
+"""
+
+from dataclasses import dataclass, field
+
+import onnx_ir as ir
+
+from calibration import StreamingHistogram, choose_range
+from quantize.policy import ABSORBABLE_ACTIVATIONS, RULES
+
+
+@dataclass
+class QuantPlan:
+    nodes: set[str]
+    ranges: dict[str, tuple[float, float]]
+    absorbed: dict[str, str] = field(default_factory=dict)  # Relu node -> tensor whose uint8 clamp replaces it
+
+
+def make_plan(model: ir.Model, nodes: set[str], histograms: dict[str, StreamingHistogram], method: str, percent: float) -> QuantPlan:
+    ranges = {name: choose_range(h, method, percent) for name, h in histograms.items() if h.total}
+    plan = QuantPlan(set(nodes), ranges)
+    alias: dict[str, str] = {}
+    for node in model.graph:
+        if _absorbable(node, plan.nodes):
+            source, result = node.inputs[0].name, node.outputs[0].name
+            plan.ranges[source] = (0.0, plan.ranges[result][1])
+            plan.absorbed[node.name] = source
+            alias[result] = source
+    for node in model.graph:
+        if node.name in plan.nodes and RULES[node.op_type].same_range:
+            source = alias.get(node.inputs[0].name, node.inputs[0].name)
+            if source in plan.ranges:
+                plan.ranges[node.outputs[0].name] = plan.ranges[source]
+    return plan
+
+
+def _absorbable(node: ir.Node, nodes: set[str]) -> bool:
+    """A Relu after a quantized op, alone on that op's output: a zero point of 0 clamps it."""
+    if node.op_type not in ABSORBABLE_ACTIVATIONS or node.outputs[0].is_graph_output():
+        return False
+    source = node.inputs[0]
+    producer = source.producer()
+    return producer is not None and producer.name in nodes and len(source.uses()) == 1 and not source.is_graph_output()

@@ -1,0 +1,81 @@
+"""Which ops go to INT8, and how: the table of what ONNX Runtime's x86 kernels can run.
+
+Every entry names an op that ORT's QDQ fusions turn into an integer kernel (QLinearConv,
+QGemm, QLinearMatMul, QLinearAdd, ...) or runs directly on uint8 (MaxPool, Reshape, ...).
+The table is a starting point, not a promise: `quantize.coverage` checks ORT's optimized
+graph and drops any node ORT would still run in float between DequantizeLinear and
+QuantizeLinear, which is slower than plain FP32.
+"""
+
+from dataclasses import dataclass
+
+import onnx_ir as ir
+
+
+@dataclass(frozen=True)
+class OpRule:
+    activations: tuple[int, ...] = (0,)  # inputs quantized per tensor (uint8)
+    weight: int | None = None  # constant input quantized per channel (int8 symmetric)
+    bias: int | None = None  # constant input quantized to int32 at scale s_in * s_w
+    same_range: bool = False  # data movement: output keeps the input's scale and zero point
+
+
+RULES: dict[str, OpRule] = {
+    "Conv": OpRule(weight=1, bias=2),
+    "Gemm": OpRule(weight=1, bias=2),
+    "MatMul": OpRule(activations=(0, 1), weight=1),
+    "Add": OpRule(activations=(0, 1)),
+    "Mul": OpRule(activations=(0, 1)),
+    "Concat": OpRule(activations=tuple(range(64))),
+    "GlobalAveragePool": OpRule(),
+    "AveragePool": OpRule(),
+    "Sigmoid": OpRule(),
+    "LeakyRelu": OpRule(),
+    "MaxPool": OpRule(same_range=True),
+    "Resize": OpRule(same_range=True),
+    "Reshape": OpRule(same_range=True),
+    "Transpose": OpRule(same_range=True),
+    "Flatten": OpRule(same_range=True),
+    "Squeeze": OpRule(same_range=True),
+    "Unsqueeze": OpRule(same_range=True),
+}
+
+# Ops whose float output, if it feeds only a quantized op's range, the uint8 clamp reproduces.
+ABSORBABLE_ACTIVATIONS = {"Relu"}
+
+
+def is_float(value: ir.Value | None) -> bool:
+    return value is not None and value.dtype == ir.DataType.FLOAT
+
+
+def select_nodes(model: ir.Model, exclude: tuple[str, ...] = ()) -> set[str]:
+    """Names of the nodes the policy would quantize, minus those excluded by name or op type.
+
+    Data-movement ops are only worth running on uint8 next to quantized compute, so they are
+    selected only when their data input comes from a selected node.
+    """
+    excluded = set(exclude)
+    chosen: set[str] = set()
+    for node in model.graph:
+        rule = RULES.get(node.op_type)
+        if rule is None or node.domain not in ("", "ai.onnx") or node.name in excluded or node.op_type in excluded:
+            continue
+        if not is_float(node.outputs[0]):
+            continue
+        if rule.weight is not None and node.op_type != "MatMul" and not _has_constant(node, rule.weight):
+            continue
+        if rule.same_range and not _fed_by(node, chosen):
+            continue
+        chosen.add(node.name)
+    return chosen
+
+
+def _has_constant(node: ir.Node, index: int) -> bool:
+    return len(node.inputs) > index and node.inputs[index] is not None and node.inputs[index].const_value is not None
+
+
+def _fed_by(node: ir.Node, chosen: set[str]) -> bool:
+    producer = node.inputs[0].producer() if node.inputs and node.inputs[0] is not None else None
+    if producer is not None and producer.op_type in ABSORBABLE_ACTIVATIONS:
+        producer = producer.inputs[0].producer()
+    return producer is not None and producer.name in chosen

@@ -1,0 +1,39 @@
+"""INT8 arithmetic: affine uint8 activations, symmetric int8 weights, int32 biases.
+
+This is the U8S8 scheme of ONNX Runtime's fast x86 kernels (MLAS): uint8 activations with a
+zero point, int8 weights with zero point 0, int32 bias at scale s_activation * s_weight.
+"""
+
+import numpy as np
+
+QMIN_U8, QMAX_U8 = 0, 255
+WEIGHT_QMAX = 127  # symmetric [-127, 127]: the negated range is representable too
+INT32_MAX = np.iinfo(np.int32).max
+
+
+def activation_qparams(lo: float, hi: float) -> tuple[np.float32, np.uint8]:
+    lo, hi = min(lo, 0.0), max(hi, 0.0)
+    scale = (hi - lo) / (QMAX_U8 - QMIN_U8)
+    if scale <= 0:
+        return np.float32(1.0), np.uint8(0)
+    zero_point = int(np.clip(round(-lo / scale), QMIN_U8, QMAX_U8))
+    return np.float32(scale), np.uint8(zero_point)
+
+
+def quantize_weight(weight: np.ndarray, axis: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """int8 weights and float32 scales, per channel along `axis` (or one scale if None)."""
+    if axis is None:
+        peak = np.abs(weight).max(keepdims=True).reshape(())
+    else:
+        reduce = tuple(i for i in range(weight.ndim) if i != axis)
+        peak = np.abs(weight).max(axis=reduce)
+    scale = np.where(peak > 0, peak / WEIGHT_QMAX, 1.0).astype(np.float32)
+    shaped = scale if axis is None else scale.reshape([-1 if i == axis else 1 for i in range(weight.ndim)])
+    q = np.clip(np.round(weight / shaped), -WEIGHT_QMAX, WEIGHT_QMAX).astype(np.int8)
+    return q, scale
+
+
+def quantize_bias(bias: np.ndarray, input_scale: np.float32, weight_scale: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    scale = (np.float32(input_scale) * weight_scale).astype(np.float32)
+    q = np.clip(np.round(bias / scale), -INT32_MAX, INT32_MAX).astype(np.int32)
+    return q, scale

@@ -1,0 +1,50 @@
+"""How much did INT8 lose? Signal-to-quantization-noise ratios against the FP32 model."""
+
+import numpy as np
+import onnx
+
+from quantize.runtime import session
+
+
+def sqnr_db(reference: np.ndarray, approximation: np.ndarray) -> float:
+    noise = np.sum((reference.astype(np.float64) - approximation) ** 2)
+    signal = np.sum(reference.astype(np.float64) ** 2)
+    if noise == 0:
+        return float("inf")
+    return float(10 * np.log10(signal / noise)) if signal > 0 else float("-inf")
+
+
+def output_sqnr(fp32: onnx.ModelProto, int8: onnx.ModelProto, batches: list[dict], threads: int = 0) -> dict[str, float]:
+    """SQNR of every model output over `batches`, the INT8 model run with ORT's fused kernels."""
+    ref_sess, q_sess = session(fp32.SerializeToString(), threads), session(int8.SerializeToString(), threads)
+    names = [o.name for o in ref_sess.get_outputs()]
+    ref = [ref_sess.run(names, b) for b in batches]
+    got = [q_sess.run(names, b) for b in batches]
+    return {name: sqnr_db(np.concatenate([r[i] for r in ref]), np.concatenate([g[i] for g in got])) for i, name in enumerate(names)}
+
+
+def layer_sqnr(fp32: onnx.ModelProto, int8: onnx.ModelProto, clamped: set[str], batch: dict, threads: int = 0) -> dict[str, float]:
+    """SQNR of each quantized activation (the DequantizeLinear output vs the FP32 tensor).
+
+    `clamped` names tensors whose following Relu was absorbed: their FP32 reference is relu(t).
+    """
+    suffix = "_dequantized"
+    fp32_names = {o for n in fp32.graph.node for o in n.output}
+    pairs = {o[: -len(suffix)]: o for n in int8.graph.node if n.op_type == "DequantizeLinear"
+             for o in n.output if o.endswith(suffix) and o[: -len(suffix)] in fp32_names}
+    if not pairs:
+        return {}
+    ref = _run_with_outputs(fp32, list(pairs), batch, threads)
+    got = _run_with_outputs(int8, list(pairs.values()), batch, threads)
+    result = {}
+    for (name, _), r, g in zip(pairs.items(), ref, got):
+        result[name] = sqnr_db(np.maximum(r, 0) if name in clamped else r, g)
+    return result
+
+
+def _run_with_outputs(model: onnx.ModelProto, names: list[str], batch: dict, threads: int) -> list[np.ndarray]:
+    exposed = onnx.ModelProto()
+    exposed.CopyFrom(model)
+    present = {o.name for o in exposed.graph.output}
+    exposed.graph.output.extend(onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None) for n in names if n not in present)
+    return session(exposed.SerializeToString(), threads).run(names, batch)

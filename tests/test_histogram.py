@@ -1,0 +1,31 @@
+import numpy as np
+
+from calibration import StreamingHistogram
+
+
+def test_counts_stay_exact_while_the_range_doubles():
+    rng = np.random.default_rng(1)
+    chunks = [rng.normal(0, s, 5000).astype(np.float32) for s in (0.1, 1.0, 7.0, 50.0)]
+    h = StreamingHistogram(bins=1024)
+    for chunk in chunks:
+        h.update(chunk)
+    everything = np.concatenate(chunks)
+    expected, _ = np.histogram(everything, bins=h.edges)
+    assert h.total == everything.size
+    assert h.limit >= np.abs(everything).max()
+    # Values on a bin edge may fall either side in float32; nothing else may move.
+    assert np.abs(h.counts - expected).sum() <= 0.001 * everything.size
+    assert (h.min, h.max) == (everything.min(), everything.max())
+
+
+def test_memory_is_fixed_whatever_the_number_of_values():
+    h = StreamingHistogram(bins=256)
+    for _ in range(50):
+        h.update(np.random.default_rng(2).exponential(3.0, 20000))
+    assert h.counts.shape == (256,) and h.total == 50 * 20000
+
+
+def test_constant_zero_tensor_is_handled():
+    h = StreamingHistogram(bins=64)
+    h.update(np.zeros(100))
+    assert h.total == 100 and h.limit > 0

@@ -1,0 +1,56 @@
+import numpy as np
+import pytest
+
+from calibration import METHODS, StreamingHistogram, choose_range
+
+
+def _histogram(values):
+    h = StreamingHistogram()
+    h.update(values)
+    return h
+
+
+@pytest.fixture
+def with_outliers():
+    rng = np.random.default_rng(3)
+    body = np.abs(rng.normal(0, 1, 200_000))
+    return np.concatenate([body, [60.0, 80.0]]).astype(np.float32)
+
+
+def test_minmax_covers_everything(with_outliers):
+    lo, hi = choose_range(_histogram(with_outliers), "minmax")
+    assert lo == 0.0 and hi == pytest.approx(80.0)
+
+
+@pytest.mark.parametrize("method", ["percentile", "entropy"])
+def test_clipping_methods_ignore_rare_outliers(method, with_outliers):
+    lo, hi = choose_range(_histogram(with_outliers), method)
+    assert lo == 0.0
+    assert 2.0 < hi < 20.0, hi
+
+
+def test_signed_data_gets_a_range_around_zero():
+    values = np.random.default_rng(4).normal(1.0, 1.0, 100_000).astype(np.float32)
+    for method in METHODS:
+        lo, hi = choose_range(_histogram(values), method)
+        assert lo < 0 < hi, method
+        assert values.min() <= lo and hi <= values.max() + 1e-6, method
+
+
+def test_positive_data_range_still_contains_zero():
+    lo, hi = choose_range(_histogram(np.random.default_rng(5).uniform(2, 3, 1000)), "minmax")
+    assert lo == 0.0 and hi == pytest.approx(3.0, rel=1e-3)
+
+
+def _quantization_mse(values, lo, hi):
+    scale = (hi - lo) / 255
+    q = np.clip(np.round((values - lo) / scale), 0, 255) * scale + lo
+    return float(np.mean((values - q) ** 2))
+
+
+def test_mse_range_beats_minmax_on_heavy_tails():
+    values = np.random.default_rng(6).laplace(0, 1, 300_000).astype(np.float32)
+    h = _histogram(values)
+    lo, hi = choose_range(h, "mse")
+    assert hi < values.max() and lo > values.min()
+    assert _quantization_mse(values, lo, hi) < 0.9 * _quantization_mse(values, *choose_range(h, "minmax"))

@@ -1,0 +1,105 @@
+import numpy as np
+import onnx
+import onnx_ir as ir
+from onnx import TensorProto, helper, numpy_helper
+
+from pathlib import Path
+
+from calibration import CalibrationSource, collect_histograms
+from conftest import conv_net, images
+from quantize.pipeline import input_specs
+from quantize import passes
+from quantize.plan import QuantPlan
+from quantize.runtime import session
+
+
+def _run(model, x):
+    proto = model if isinstance(model, onnx.ModelProto) else ir.serde.serialize_model(model)
+    return session(proto.SerializeToString()).run(None, {"x": x})[0]
+
+
+def _ops(model: ir.Model) -> list[str]:
+    return [n.op_type for n in model.graph]
+
+
+def test_batchnorm_folds_into_conv_with_the_same_outputs():
+    original = conv_net()
+    model = ir.serde.deserialize_model(original)
+    result = passes.FoldBatchNormPass()(model)
+    assert result.modified and "BatchNormalization" not in _ops(result.model)
+    x = images(4)
+    np.testing.assert_allclose(_run(result.model, x), _run(original, x), rtol=1e-4, atol=1e-5)
+
+
+def test_constant_subgraphs_are_folded_and_the_function_kept():
+    x_info = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])
+    y_info = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])
+    nodes = [
+        helper.make_node("Mul", ["a", "b"], ["ab"]),
+        helper.make_node("Transpose", ["ab"], ["abt"], perm=[1, 0]),
+        helper.make_node("MatMul", ["x", "abt"], ["y"]),
+    ]
+    inits = [numpy_helper.from_array(np.arange(16, dtype=np.float32).reshape(4, 4), "a"),
+             numpy_helper.from_array(np.full((4, 4), 0.5, np.float32), "b")]
+    original = helper.make_model(helper.make_graph(nodes, "g", [x_info], [y_info], inits), opset_imports=[helper.make_opsetid("", 17)])
+    original.ir_version = 8
+    result = passes.FoldConstantsPass()(ir.serde.deserialize_model(original))
+    assert result.modified and _ops(result.model) == ["MatMul"]
+    x = np.random.default_rng(0).normal(size=(3, 4)).astype(np.float32)
+    np.testing.assert_allclose(_run(result.model, x), _run(original, x), rtol=1e-6)
+
+
+def test_cleanup_removes_dead_nodes_and_names_every_node():
+    original = conv_net()
+    original.graph.node.append(helper.make_node("Relu", ["c1"], ["unused"]))
+    cleaned = passes.cleanup(ir.serde.deserialize_model(original))
+    assert "BatchNormalization" not in _ops(cleaned) and len(cleaned.graph) == len(original.graph.node) - 2
+    assert all(n.name for n in cleaned.graph)
+    x = images(2)
+    np.testing.assert_allclose(_run(cleaned, x), _run(original, x), rtol=1e-4, atol=1e-5)
+
+
+def _plan_for(model: ir.Model, nodes: set[str]) -> QuantPlan:
+    """A plan with min/max ranges measured on random images."""
+    names = [v.name for n in model.graph for v in [*n.inputs, *n.outputs] if v is not None and v.const_value is None]
+    x = images(64)
+    source = CalibrationSource(Path("memory"), input_specs(ir.serde.serialize_model(model)), len(x), lambda a, b: {"x": x[a:b]})
+    histograms = collect_histograms(ir.serde.serialize_model(model), list(dict.fromkeys(names)), source, len(x))
+    return QuantPlan(nodes, {name: (min(h.min, 0.0), max(h.max, 0.0)) for name, h in histograms.items()})
+
+
+def test_qdq_insertion_gives_per_channel_int8_weights_and_int32_bias():
+    model = passes.cleanup(ir.serde.deserialize_model(conv_net(batchnorm=False)))
+    plan = _plan_for(model, {"conv1", "fc"})
+    q = passes.lower_to_qdq(model, plan)
+    dequantize = {n.outputs[0].name: n for n in q.graph if n.op_type == "DequantizeLinear"}
+    conv = next(n for n in q.graph if n.name == "conv1")
+    w_dq, b_dq = dequantize[conv.inputs[1].name], dequantize[conv.inputs[2].name]
+    assert w_dq.inputs[0].const_value.dtype == ir.DataType.INT8 and w_dq.attributes["axis"].value == 0
+    assert w_dq.inputs[1].const_value.shape.numpy() == (8,)
+    assert b_dq.inputs[0].const_value.dtype == ir.DataType.INT32
+    fc = next(n for n in q.graph if n.name == "fc")
+    assert dequantize[fc.inputs[1].name].attributes["axis"].value == 0  # transB=1: rows are output channels
+    assert dequantize[conv.inputs[0].name].inputs[0].producer().op_type == "QuantizeLinear"
+    assert not any(v.dtype == ir.DataType.FLOAT and v.name in ("w1", "wf") for v in q.graph.initializers.values())
+
+
+def test_qdq_model_stays_close_to_fp32():
+    original = conv_net(batchnorm=False)
+    model = passes.cleanup(ir.serde.deserialize_model(original))
+    x = images(8)
+    plan = _plan_for(model, {n.name for n in model.graph if n.op_type in ("Conv", "Gemm", "Add")})
+    q = passes.lower_to_qdq(model, plan)
+    ref, got = _run(original, x), _run(q, x)
+    assert 10 * np.log10(np.sum(ref**2) / np.sum((ref - got) ** 2)) > 25
+
+
+def test_relu_after_a_quantized_op_is_absorbed_into_a_zero_point_of_zero():
+    model = passes.cleanup(ir.serde.deserialize_model(conv_net(batchnorm=False)))
+    plan = _plan_for(model, {"conv1"})
+    plan.ranges["c1"] = (0.0, plan.ranges["r1"][1])
+    plan.absorbed = {"relu1": "c1"}
+    q = passes.lower_to_qdq(model, plan)
+    assert "relu1" not in {n.name for n in q.graph}
+    zero_point = q.graph.initializers["c1_zero_point"].const_value.numpy()
+    assert zero_point == 0 and zero_point.dtype == np.uint8

@@ -1,0 +1,84 @@
+import json
+
+import numpy as np
+import onnx
+import pytest
+
+from conftest import conv_net, images
+from quantize import QuantConfig, quantize_
+from quantize.coverage import INTEGER_OPS, MOVEMENT_OPS, optimized_graph
+from quantize.policy import RULES, OpRule
+from quantize.runtime import session
+
+
+def test_every_compute_op_of_a_cnn_runs_as_an_integer_kernel(conv_model, calib_npz):
+    result = quantize_(conv_model, calib_npz, QuantConfig(calib_samples=100))
+    assert result.kernels["int8"] == {"QGemm": 1, "QLinearAdd": 1, "QLinearConv": 2, "QLinearGlobalAveragePool": 1}
+    assert result.kernels["float"] == {}, result.kernels["float"]
+    assert {d.op_type for d in result.decisions if d.precision == "fp32"} <= {"Flatten"}
+    assert min(result.output_sqnr_db.values()) > 25
+    assert result.sqnr_samples == "20 held-out samples"
+    recipe = {p.key: p.value for p in result.model.metadata_props}
+    assert json.loads(recipe["quantize.recipe"])["method"] == "percentile"
+
+
+@pytest.mark.parametrize("method", ["minmax", "percentile", "entropy", "mse"])
+def test_every_method_gives_a_faithful_model(conv_model, calib_npz, method):
+    result = quantize_(conv_model, calib_npz, QuantConfig(method=method, calib_samples=100))
+    assert min(result.output_sqnr_db.values()) > 20, method
+    assert min(result.layer_sqnr_db.values()) > 15, result.layer_sqnr_db
+
+
+def test_exclude_by_op_type_and_by_name(conv_model, calib_npz):
+    result = quantize_(conv_model, calib_npz, QuantConfig(calib_samples=100, exclude=("Add", "conv1")))
+    fp32 = {d.name: d.reason for d in result.decisions if d.precision == "fp32"}
+    assert fp32["add1"] == fp32["conv1"] == "excluded by the user"
+    assert "QLinearAdd" not in result.kernels["int8"] and result.kernels["int8"].get("QLinearConv") == 1
+
+
+def test_ops_ort_cannot_run_in_int8_are_left_in_fp32_not_wrapped(tmp_path, calib_npz, monkeypatch):
+    model = conv_net()
+    gap = next(n for n in model.graph.node if n.op_type == "GlobalAveragePool")
+    model.graph.node.insert(list(model.graph.node).index(gap), onnx.helper.make_node("Tanh", ["r2"], ["t2"], name="tanh"))
+    gap.input[0] = "t2"
+    onnx.save(model, str(tmp_path / "tanh.onnx"))
+    monkeypatch.setitem(RULES, "Tanh", OpRule())  # pretend the policy thought ORT had a kernel
+    result = quantize_(tmp_path / "tanh.onnx", calib_npz, QuantConfig(calib_samples=100))
+    decision = next(d for d in result.decisions if d.name == "tanh")
+    assert decision.precision == "fp32" and "left in FP32" in decision.reason
+    # It now sits on the border of two INT8 regions; no Q/DQ pair exists for its sake.
+    graph = optimized_graph(result.model)
+    producer = {o: n for n in graph.node for o in n.output}
+    tanh = next(n for n in graph.node if n.name == "tanh")
+    consumer = {i: n for n in graph.node for i in n.input}
+
+    def upstream(name):  # skip uint8 data movement (ORT's layout Transposes)
+        node = producer[name]
+        return upstream(node.input[0]) if node.op_type in MOVEMENT_OPS else node
+
+    def downstream(name):
+        node = consumer[name]
+        return downstream(node.output[0]) if node.op_type in MOVEMENT_OPS else node
+
+    dequantize = producer[tanh.input[0]]
+    assert dequantize.op_type == "DequantizeLinear" and upstream(dequantize.input[0]).op_type in INTEGER_OPS
+    quantize_after = downstream(tanh.output[0])
+    assert quantize_after.op_type == "QuantizeLinear" and downstream(quantize_after.output[0]).op_type in INTEGER_OPS
+
+
+def test_old_opsets_are_raised_to_13_and_stay_valid(tmp_path, calib_npz):
+    onnx.save(conv_net(opset=11), str(tmp_path / "old.onnx"))
+    result = quantize_(tmp_path / "old.onnx", calib_npz, QuantConfig(calib_samples=50))
+    onnx.checker.check_model(result.model)
+    assert next(o.version for o in result.model.opset_import if o.domain == "") >= 13
+    x = images(3)
+    out = session(result.model.SerializeToString()).run(None, {"x": x})[0]
+    assert out.shape == (3, 10) and np.isfinite(out).all()
+
+
+def test_opset_10_model_is_upgraded(tmp_path, calib_npz):
+    model = conv_net(opset=11)
+    model.opset_import[0].version = 10
+    onnx.save(model, str(tmp_path / "v10.onnx"))
+    result = quantize_(tmp_path / "v10.onnx", calib_npz, QuantConfig(calib_samples=50))
+    assert next(o.version for o in result.model.opset_import if o.domain == "") >= 13
