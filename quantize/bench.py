@@ -1,24 +1,29 @@
-"""Throughput and latency of a model under ONNX Runtime, measured the same way for every model."""
+"""Throughput and latency, measured the same way for every model and runtime."""
 
 import time
+from typing import Callable
 
 import numpy as np
 
 from quantize.runtime import session
 
 
-def measure(model, feeds: dict[str, np.ndarray], threads: int = 0, min_seconds: float = 3.0, min_runs: int = 5, warmup: int = 2) -> dict:
-    """Samples/s from the median batch latency, and latency percentiles in ms, for one batch shape."""
+def measure(model, feeds: dict[str, np.ndarray], threads: int = 0, min_seconds: float = 3.0) -> dict:
+    """An ONNX Runtime session over `feeds` (one batch shape), timed by `time_calls`."""
     sess = session(model, threads)
+    return time_calls(lambda: sess.run(None, feeds), len(next(iter(feeds.values()))), min_seconds)
+
+
+def time_calls(call: Callable[[], object], batch: int, min_seconds: float = 3.0, min_runs: int = 5, warmup: int = 2) -> dict:
+    """Samples/s from the median call latency, and latency percentiles in ms."""
     for _ in range(warmup):
-        sess.run(None, feeds)
+        call()
     latencies = []
     start = time.perf_counter()
     while len(latencies) < min_runs or time.perf_counter() - start < min_seconds:
         t = time.perf_counter()
-        sess.run(None, feeds)
+        call()
         latencies.append(time.perf_counter() - t)
-    batch = len(next(iter(feeds.values())))
     ms = np.asarray(latencies) * 1e3
     return {
         "batch": batch,

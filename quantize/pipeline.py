@@ -59,14 +59,15 @@ def quantize_(model_path, calib_path, config: QuantConfig = QuantConfig(), image
     inputs = input_specs(clean)
     prep = image_preprocess or _recipe_preprocess(original)
     source = open_calibration(calib_path, inputs, prep)
-    n_cal, held_range = _split(source.num_samples, config)
-    held_out = list(source.batches(*held_range, config.batch_size))
+    batch_size, fixed = _batch_size(inputs, config, model_path)
+    n_cal, held_range = _split(source.num_samples, config, batch_size if fixed else 1, calib_path)
+    held_out = list(source.batches(*held_range, batch_size))
     _check_cleanup(original, clean, held_out[0], model_path)
 
     graph = ir.serde.deserialize_model(clean)
     nodes = select_nodes(graph, config.exclude)
     start = time.perf_counter()
-    histograms = collect_histograms(clean, observed_tensors(graph, nodes), source, n_cal, config.batch_size, config.threads, progress)
+    histograms = collect_histograms(clean, observed_tensors(graph, nodes), source, n_cal, batch_size, config.threads, progress)
     calibration_seconds = time.perf_counter() - start
 
     islands: dict[str, str] = {}
@@ -124,15 +125,28 @@ def observed_tensors(graph: ir.Model, nodes: set[str]) -> list[str]:
     return list(names)
 
 
-def _split(total: int, config: QuantConfig) -> tuple[int, tuple[int, int]]:
-    """Calibration sample count and the [start, stop) window used to measure SQNR."""
-    n_cal = min(config.calib_samples, total)
-    if total > n_cal:
-        return n_cal, (n_cal, min(total, n_cal + config.held_out_samples))
-    spare = min(config.held_out_samples, total // 5)
+def _batch_size(inputs: list[InputSpec], config: QuantConfig, model_path) -> tuple[int, bool]:
+    """The configured batch, or the model's own if its batch dimension is fixed."""
+    fixed = {s.shape[0] for s in inputs if s.shape and s.shape[0] is not None}
+    if len(fixed) > 1:
+        raise QuantizeError(model_path, f"inputs have different fixed batch sizes {sorted(fixed)}")
+    return (fixed.pop(), True) if fixed else (config.batch_size, False)
+
+
+def _split(total: int, config: QuantConfig, multiple: int, calib_path) -> tuple[int, tuple[int, int]]:
+    """Calibration sample count and the [start, stop) window used to measure SQNR, in whole
+    multiples of a fixed model batch."""
+    whole = total - total % multiple
+    if whole == 0:
+        raise QuantizeError(calib_path, f"{total} samples, fewer than the model's fixed batch of {multiple}")
+    n_cal = max(multiple, min(config.calib_samples, whole) // multiple * multiple)
+    held = max(multiple, config.held_out_samples // multiple * multiple)
+    if whole > n_cal:
+        return n_cal, (n_cal, min(whole, n_cal + held))
+    spare = min(held, whole // 5 // multiple * multiple)
     if spare:
-        return total - spare, (total - spare, total)
-    return n_cal, (0, min(total, config.held_out_samples))
+        return whole - spare, (whole - spare, whole)
+    return n_cal, (0, min(whole, held))
 
 
 def _check_cleanup(original: onnx.ModelProto, clean: onnx.ModelProto, batch: dict, model_path) -> None:

@@ -53,7 +53,7 @@ def images(n: int, size: int = 16, seed: int = 0) -> np.ndarray:
 @pytest.fixture
 def conv_model(tmp_path):
     path = tmp_path / "net.onnx"
-    onnx.save(conv_net(), str(path))
+    onnx.save(conv_net(channels=32), str(path))
     return path
 
 

@@ -82,3 +82,13 @@ def test_opset_10_model_is_upgraded(tmp_path, calib_npz):
     onnx.save(model, str(tmp_path / "v10.onnx"))
     result = quantize_(tmp_path / "v10.onnx", calib_npz, QuantConfig(calib_samples=50))
     assert next(o.version for o in result.model.opset_import if o.domain == "") >= 13
+
+
+def test_a_fixed_batch_dimension_is_respected(tmp_path):
+    model = conv_net(channels=8)
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 4
+    onnx.save(model, str(tmp_path / "fixed.onnx"))
+    np.save(tmp_path / "c.npy", images(30))
+    result = quantize_(tmp_path / "fixed.onnx", tmp_path / "c.npy", QuantConfig(calib_samples=100))
+    assert result.calibration_samples == 24 and result.sqnr_samples == "4 held-out samples"
+    assert min(result.output_sqnr_db.values()) > 20

@@ -1,0 +1,35 @@
+# The two set-up commands: `make demo` (the main job) and `make test` (the suite).
+# Both install what a fresh machine lacks: the Debian data package and a virtualenv.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+APT_PACKAGES := dataset-fashion-mnist
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+
+.PHONY: setup demo test bench clean
+
+setup: $(VENV)/.installed
+	@dpkg -s $(APT_PACKAGES) >/dev/null 2>&1 || { $(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $(APT_PACKAGES); }
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $@
+
+# Main job: train (or reuse) the reference ResNet-50, quantize it with its own calibration
+# images, and write the validation report (top-1 FP32 vs INT8, throughput, coverage, SQNR).
+demo: setup
+	$(BIN)/python -m models.resnet50 build
+	$(BIN)/quantize $${QUANTIZE_CACHE:-$$HOME/.cache/quantize}/resnet50/resnet50.onnx \
+		--calib $${QUANTIZE_CACHE:-$$HOME/.cache/quantize}/resnet50/calib.npz \
+		-o resnet50.int8.onnx --report resnet50-report.html --evaluate resnet50
+
+test: setup
+	$(BIN)/python -m pytest -q
+
+bench: setup
+	$(BIN)/python -m benchmarks.resnet50
+
+clean:
+	rm -rf $(VENV) *.egg-info resnet50.int8.onnx resnet50-report.html resnet50-report.json

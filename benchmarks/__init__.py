@@ -1,0 +1,1 @@
+"""Side-by-side benchmarks: this toolkit against the rival quantizers on the same model."""

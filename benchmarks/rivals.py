@@ -1,0 +1,64 @@
+"""The rival quantizers, each configured as its own documentation recommends for x86 CPUs."""
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+
+def ort_quantize_static(fp32: onnx.ModelProto, calib: dict[str, np.ndarray], batch: int = 32) -> onnx.ModelProto:
+    """ONNX Runtime's quantize_static: QDQ, uint8 activations, per-channel int8 weights, MinMax
+    calibration, after its own quant_pre_process (the settings its docstring gives for VNNI CPUs)."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quant_pre_process, quantize_static
+
+    class Reader(CalibrationDataReader):
+        def __init__(self):
+            n = len(next(iter(calib.values())))
+            self.batches = iter([{k: v[i:i + batch] for k, v in calib.items()} for i in range(0, n, batch)])
+
+        def get_next(self):
+            return next(self.batches, None)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        source, prepared, output = (Path(tmp) / name for name in ("fp32.onnx", "prep.onnx", "int8.onnx"))
+        onnx.save(fp32, str(source))
+        quant_pre_process(str(source), str(prepared))
+        quantize_static(str(prepared), str(output), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, reduce_range=False)
+        return onnx.load(str(output))
+
+
+def tflite_full_int8(keras_model, calib: np.ndarray, batch: int = 32) -> bytes:
+    """TensorFlow Lite's full-integer converter (int8 kernels only, float I/O at the edges)."""
+    import tensorflow as tf
+
+    def representative():
+        for i in range(0, len(calib), batch):
+            yield [calib[i:i + batch]]
+
+    spec = tf.TensorSpec([None, *keras_model.inputs[0].shape[1:]], tf.float32)
+    concrete = tf.function(lambda x: keras_model(x, training=False)).get_concrete_function(spec)
+    converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete], keras_model)
+    converter.optimizations = [tf.lite.Optimize.DEFAULT]
+    converter.representative_dataset = representative
+    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+    return converter.convert()
+
+
+class TFLiteRunner:
+    """A TFLite interpreter resized to one input shape, with the session-like `run` of ORT."""
+
+    def __init__(self, flatbuffer: bytes, shape: tuple, threads: int):
+        from ai_edge_litert.interpreter import Interpreter
+
+        self.interpreter = Interpreter(model_content=flatbuffer, num_threads=threads)
+        self.input = self.interpreter.get_input_details()[0]["index"]
+        self.output = self.interpreter.get_output_details()[0]["index"]
+        self.interpreter.resize_tensor_input(self.input, list(shape))
+        self.interpreter.allocate_tensors()
+
+    def run(self, x: np.ndarray) -> np.ndarray:
+        self.interpreter.set_tensor(self.input, x)
+        self.interpreter.invoke()
+        return self.interpreter.get_tensor(self.output)

@@ -1,0 +1,100 @@
+"""The command line as a user meets it: bad input gets one line, exit 2, no traceback."""
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+
+from conftest import images
+
+
+def quantize(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "quantize", *map(str, args)], capture_output=True, text=True, cwd=cwd)
+
+
+def _digest(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_success_writes_the_model_and_a_json_summary(conv_model, calib_npz, tmp_path):
+    out = tmp_path / "out" / "net.int8.onnx"
+    out.parent.mkdir()
+    before = _digest(conv_model), _digest(calib_npz)
+    run = quantize(conv_model, "--calib", calib_npz, "-o", out, "--calib-samples", 100, "--json")
+    assert run.returncode == 0, run.stderr
+    summary = json.loads(run.stdout)
+    assert summary["coverage"]["by_op_type"]["Conv"] == {"int8": 2, "fp32": 0}
+    assert summary["size_bytes"]["int8"] < summary["size_bytes"]["fp32"]
+    assert summary["calibration"]["samples"] == 100
+    model = onnx.load(str(out))
+    assert {p.key for p in model.metadata_props} >= {"quantize.recipe", "quantize.calibration_method"}
+    assert os.listdir(out.parent) == ["net.int8.onnx"]  # no temporary file left behind
+    assert (_digest(conv_model), _digest(calib_npz)) == before
+
+
+def test_report_writes_html_and_json(conv_model, calib_npz, tmp_path):
+    run = quantize(conv_model, "--calib", calib_npz, "-o", tmp_path / "q.onnx", "--report", tmp_path / "r.html")
+    assert run.returncode == 0, run.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["throughput"]["int8"]["throughput"] > 0 and report["isa"]["int8_gemm_path"]
+    html = (tmp_path / "r.html").read_text()
+    assert "Per-layer SQNR" in html and "<script" not in html
+
+
+def _bad(tmp_path, conv_model, calib_npz):
+    """Each case: (arguments, text the error must contain)."""
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(np.random.default_rng(0).bytes(3000))
+    truncated = tmp_path / "truncated.onnx"
+    truncated.write_bytes(conv_model.read_bytes()[:1500])
+    nan = tmp_path / "nan.npy"
+    data = images(10)
+    data[3, 0, 0, 0] = np.inf
+    np.save(nan, data)
+    wrong_shape = tmp_path / "shape.npy"
+    np.save(wrong_shape, np.zeros((10, 3, 8, 8), np.float32))
+    wrong_dtype = tmp_path / "dtype.npy"
+    np.save(wrong_dtype, np.array(["x"] * 10))
+    empty = tmp_path / "empty.npy"
+    np.save(empty, np.zeros((0, 3, 16, 16), np.float32))
+    no_names = tmp_path / "names.npz"
+    np.savez(no_names, image=images(4))
+    import h5py
+
+    with h5py.File(tmp_path / "names.h5", "w") as f:
+        f["image"] = images(4)
+    not_array = tmp_path / "text.npy"
+    not_array.write_text("1,2,3\n")
+    out = tmp_path / "o.onnx"
+    return [
+        ([tmp_path / "missing.onnx", "--calib", calib_npz, "-o", out], "missing.onnx: no such file"),
+        ([junk, "--calib", calib_npz, "-o", out], "junk.onnx: "),
+        ([truncated, "--calib", calib_npz, "-o", out], "truncated.onnx: "),
+        ([conv_model, "--calib", nan, "-o", out], "nan.npy: input 'x': sample 3 contains NaN or Inf"),
+        ([conv_model, "--calib", wrong_shape, "-o", out], "shape.npy: input 'x': data shape"),
+        ([conv_model, "--calib", wrong_dtype, "-o", out], "dtype.npy: "),
+        ([conv_model, "--calib", empty, "-o", out], "empty.npy: the calibration set is empty"),
+        ([conv_model, "--calib", no_names, "-o", out], "names.npz: no array for model input(s) x; keys present: image"),
+        ([conv_model, "--calib", tmp_path / "names.h5", "-o", out], "names.h5: no dataset 'x' for model input 'x'"),
+        ([conv_model, "--calib", not_array, "-o", out], "text.npy: not a numpy array file"),
+        ([conv_model, "--calib", calib_npz, "-o", conv_model], "output path is the input model"),
+        ([conv_model, "--calib", calib_npz, "-o", tmp_path / "nowhere" / "o.onnx"], "does not exist"),
+        ([conv_model, "--calib", tmp_path / "nothing.npz", "-o", out], "nothing.npz: calibration data not found"),
+    ]
+
+
+def test_bad_input_gets_one_clear_line(tmp_path, conv_model, calib_npz):
+    model_digest = _digest(conv_model)
+    for args, expected in _bad(tmp_path, conv_model, calib_npz):
+        run = quantize(*args)
+        lines = run.stderr.strip().splitlines()
+        assert run.returncode == 2, (args, run.stderr)
+        assert len(lines) == 1 and "Traceback" not in run.stderr, run.stderr
+        assert expected in lines[0], (expected, lines[0])
+        assert not (tmp_path / "o.onnx").exists()
+    assert _digest(conv_model) == model_digest
