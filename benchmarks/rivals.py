@@ -23,7 +23,10 @@ def ort_quantize_static(fp32: onnx.ModelProto, calib: dict[str, np.ndarray], bat
     with tempfile.TemporaryDirectory() as tmp:
         source, prepared, output = (Path(tmp) / name for name in ("fp32.onnx", "prep.onnx", "int8.onnx"))
         onnx.save(fp32, str(source))
-        quant_pre_process(str(source), str(prepared))
+        try:
+            quant_pre_process(str(source), str(prepared))
+        except Exception:  # its symbolic shape inference gives up on dynamic spatial dims
+            quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True)
         quantize_static(str(prepared), str(output), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
                         activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, reduce_range=False)
         return onnx.load(str(output))
@@ -37,13 +40,13 @@ def tflite_full_int8(keras_model, calib: np.ndarray, batch: int = 32) -> bytes:
         for i in range(0, len(calib), batch):
             yield [calib[i:i + batch]]
 
-    spec = tf.TensorSpec([None, *keras_model.inputs[0].shape[1:]], tf.float32)
-    concrete = tf.function(lambda x: keras_model(x, training=False)).get_concrete_function(spec)
-    converter = tf.lite.TFLiteConverter.from_concrete_functions([concrete], keras_model)
-    converter.optimizations = [tf.lite.Optimize.DEFAULT]
-    converter.representative_dataset = representative
-    converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
-    return converter.convert()
+    with tempfile.TemporaryDirectory() as tmp:
+        keras_model.export(tmp, verbose=False)  # Keras 3: the converter reads a SavedModel
+        converter = tf.lite.TFLiteConverter.from_saved_model(tmp)
+        converter.optimizations = [tf.lite.Optimize.DEFAULT]
+        converter.representative_dataset = representative
+        converter.target_spec.supported_ops = [tf.lite.OpsSet.TFLITE_BUILTINS_INT8]
+        return converter.convert()
 
 
 class TFLiteRunner:

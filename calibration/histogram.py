@@ -45,9 +45,10 @@ class StreamingHistogram:
             self.limit = peak if peak > 0 else 1e-8
         while peak > self.limit:
             self._double()
-        # float32 arithmetic halves the memory traffic of the hot loop; the bin index is exact
-        # to within one ulp, far below one bin width.
-        index = ((flat + np.float32(self.limit)) * np.float32(self.bins / (2 * self.limit))).astype(np.int64)
+        # float32 halves the memory traffic of the hot loop. Written as (x/limit + 1) * bins/2,
+        # 0 maps exactly to the centre bin (bins/2), which doubling keeps in place: the methods
+        # rely on exact zeros being counted there.
+        index = ((flat * np.float32(1 / self.limit) + np.float32(1)) * np.float32(self.bins // 2)).astype(np.int64)
         np.clip(index, 0, self.bins - 1, out=index)
         self.counts += np.bincount(index, minlength=self.bins)
 

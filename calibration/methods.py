@@ -26,27 +26,35 @@ def percentile(h: StreamingHistogram, percent: float = 99.999) -> tuple[float, f
 
 
 def entropy(h: StreamingHistogram) -> tuple[float, float]:
-    """KL-divergence threshold (TensorRT's method, used by the INT8 Transformer paper).
+    """KL-divergence thresholds (TensorRT's method, used by the INT8 Transformer paper).
 
-    Non-negative tensors use all 256 levels on [0, T]; signed ones fold |x| and search a
-    symmetric T with 128 levels a side, then clip to the observed range. Exact zeros are left
-    out: they cost nothing at any threshold, and after a ReLU their spike would dominate the
-    divergence and pull T far too low.
+    uint8 is asymmetric, so each side of zero gets its own threshold, found on its own half of
+    the histogram (all 256 levels for a non-negative tensor, 128 a side otherwise). Folding
+    |x| instead, as symmetric int8 does, lets a spike on one side (the background value of an
+    image) set the threshold of the other and clip its content. Exact zeros are left out: they
+    cost nothing at any threshold, and after a ReLU their spike would dominate the divergence.
     """
     half = h.bins // 2
-    signed = h.min < 0
-    magnitude = h.counts[half:] + (h.counts[:half][::-1] if signed else 0)
-    magnitude[0] -= h.zeros
-    levels = UINT8_LEVELS // 2 if signed else UINT8_LEVELS
-    used = int(np.flatnonzero(magnitude)[-1]) + 1 if magnitude.any() else 1
     width = h.limit / half
+    positive = h.counts[half:].copy()
+    positive[0] -= h.zeros
+    if h.min >= 0:
+        return 0.0, min(h.max, _kl_threshold(positive, UINT8_LEVELS) * width)
+    negative = h.counts[:half][::-1]
+    levels = UINT8_LEVELS // 2
+    return max(h.min, -_kl_threshold(negative, levels) * width), min(h.max, _kl_threshold(positive, levels) * width)
+
+
+def _kl_threshold(magnitude: np.ndarray, levels: int) -> int:
+    """The number of bins, from zero, whose quantization to `levels` loses the least information."""
+    if not magnitude.any():
+        return 0
+    used = int(np.flatnonzero(magnitude)[-1]) + 1
     if used <= levels:
-        threshold = used * width
-    else:
-        candidates = np.unique(np.linspace(levels, used, min(used - levels + 1, 256)).astype(int))
-        divergences = [_kl_after_quantization(magnitude, i, levels) for i in candidates]
-        threshold = candidates[int(np.argmin(divergences))] * width
-    return (max(h.min, -threshold) if signed else 0.0), min(h.max, threshold)
+        return used
+    candidates = np.unique(np.linspace(levels, used, min(used - levels + 1, 256)).astype(int))
+    divergences = [_kl_after_quantization(magnitude, i, levels) for i in candidates]
+    return int(candidates[int(np.argmin(divergences))])
 
 
 def _kl_after_quantization(counts: np.ndarray, size: int, levels: int) -> float:

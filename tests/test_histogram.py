@@ -29,3 +29,11 @@ def test_constant_zero_tensor_is_handled():
     h = StreamingHistogram(bins=64)
     h.update(np.zeros(100))
     assert h.total == 100 and h.limit > 0
+
+
+def test_exact_zeros_always_land_in_the_centre_bin():
+    for limit in (3.7979, 6.7465, 0.123, 1e-3, 77.7):
+        h = StreamingHistogram(bins=8192)
+        h.update(np.array([limit, 0.0, 0.0, 0.0], np.float32))
+        h.update(np.array([2.5 * limit], np.float32))  # doubles the range: zeros must stay centred
+        assert h.counts[h.bins // 2] >= h.zeros == 3, limit

@@ -54,3 +54,20 @@ def test_mse_range_beats_minmax_on_heavy_tails():
     lo, hi = choose_range(h, "mse")
     assert hi < values.max() and lo > values.min()
     assert _quantization_mse(values, lo, hi) < 0.9 * _quantization_mse(values, *choose_range(h, "minmax"))
+
+
+def test_entropy_on_relu_outputs_with_many_zeros():
+    rng = np.random.default_rng(7)
+    relu = np.maximum(rng.normal(0, 1, 400_000), 0).astype(np.float32) * 3.7979 / 4.5
+    lo, hi = choose_range(_histogram(relu), "entropy")
+    assert lo == 0.0 and 0.5 * relu.max() < hi <= relu.max()
+
+
+def test_entropy_keeps_each_side_of_a_spiky_image_input():
+    # Normalised images: a spike at the background value below zero, content above it.
+    rng = np.random.default_rng(8)
+    background = np.full(300_000, -0.81, np.float32)
+    content = rng.uniform(-0.8, 2.02, 60_000).astype(np.float32)
+    lo, hi = choose_range(_histogram(np.concatenate([background, content])), "entropy")
+    assert lo == pytest.approx(-0.81, abs=0.01)
+    assert hi > 1.6

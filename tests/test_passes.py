@@ -103,3 +103,18 @@ def test_relu_after_a_quantized_op_is_absorbed_into_a_zero_point_of_zero():
     assert "relu1" not in {n.name for n in q.graph}
     zero_point = q.graph.initializers["c1_zero_point"].const_value.numpy()
     assert zero_point == 0 and zero_point.dtype == np.uint8
+
+
+def test_matmul_plus_bias_becomes_one_gemm():
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["xw"]), helper.make_node("Add", ["b", "xw"], ["y"])]
+    inits = [numpy_helper.from_array(rng.normal(size=(6, 3)).astype(np.float32), "w"),
+             numpy_helper.from_array(rng.normal(size=(1, 3)).astype(np.float32), "b")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3])], inits)
+    original = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    original.ir_version = 8
+    model = passes.cleanup(ir.serde.deserialize_model(original))
+    assert _ops(model) == ["Gemm"] and model.graph.outputs[0].name == "y"
+    x = rng.normal(size=(5, 6)).astype(np.float32)
+    np.testing.assert_allclose(_run(model, x), _run(original, x), rtol=1e-5, atol=1e-6)

@@ -10,10 +10,11 @@ from onnx_ir.passes import common
 from quantize.passes.absorb_activation import AbsorbActivationPass
 from quantize.passes.fold_batchnorm import FoldBatchNormPass
 from quantize.passes.fold_constants import FoldConstantsPass
+from quantize.passes.fuse_matmul_add import FuseMatMulAddPass
 from quantize.passes.insert_qdq import InsertQDQPass
 from quantize.plan import QuantPlan
 
-__all__ = ["AbsorbActivationPass", "FoldBatchNormPass", "FoldConstantsPass", "InsertQDQPass", "cleanup", "lower_to_qdq"]
+__all__ = ["AbsorbActivationPass", "FoldBatchNormPass", "FoldConstantsPass", "FuseMatMulAddPass", "InsertQDQPass", "cleanup", "lower_to_qdq"]
 
 
 def cleanup(model: ir.Model) -> ir.Model:
@@ -26,6 +27,7 @@ def cleanup(model: ir.Model) -> ir.Model:
             common.RemoveUnusedNodesPass(),
             FoldConstantsPass(),
             FoldBatchNormPass(),
+            FuseMatMulAddPass(),
             common.IdentityEliminationPass(),
             common.RemoveUnusedNodesPass(),
             common.ShapeInferencePass(),
