@@ -3,7 +3,8 @@ quantize_static vs TensorFlow Lite full-integer, in one run on this machine.
 
 Accuracy: top-1 on the 10k Fashion-MNIST test images at the training resolution (32x32).
 Speed: the same weights at 224x224 (convolutions do not care about resolution), batch 1 and
-32, 2 threads, median over repeated runs. All INT8 models use the same 1000 calibration images.
+32, 2 threads, medians over rounds that interleave the four models. All INT8 models use the
+same 1000 calibration images.
 """
 
 import argparse
@@ -18,9 +19,9 @@ from calibration import METHODS
 from models.resnet50.build import build
 from models.resnet50.evaluate import top1
 from quantize import QuantConfig, quantize_
-from quantize.bench import measure, time_calls
+from quantize.bench import compare
 from quantize.coverage import kernel_counts, optimized_graph
-from quantize.runtime import cpu_isa
+from quantize.runtime import cpu_isa, session
 
 THREADS = 2
 SPEED_SIZE = 224
@@ -28,7 +29,7 @@ SPEED_SIZE = 224
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.resnet50")
-    parser.add_argument("--seconds", type=float, default=6.0, help="minimum timing per model and batch size")
+    parser.add_argument("--seconds", type=float, default=8.0, help="minimum timing per model and batch size")
     args = parser.parse_args()
     cache = build()
     fp32 = onnx.load(str(cache / "resnet50.onnx"))
@@ -53,10 +54,11 @@ def main() -> None:
     speed = {}
     for batch in (1, 32):
         x = np.random.default_rng(0).normal(size=(batch, SPEED_SIZE, SPEED_SIZE, 3)).astype(np.float32)
-        for name, model in onnx_models.items():
-            speed[(name, batch)] = measure(model.SerializeToString(), {"image": x}, THREADS, args.seconds)
+        sessions = {name: session(model.SerializeToString(), THREADS) for name, model in onnx_models.items()}
+        calls = {name: (lambda s=s: s.run(None, {"image": x})) for name, s in sessions.items()}
         runner = TFLiteRunner(tflite, x.shape, THREADS)
-        speed[("tflite_int8", batch)] = time_calls(lambda: runner.run(x), batch, args.seconds)
+        calls["tflite_int8"] = lambda: runner.run(x)
+        speed.update({(name, batch): stats for name, stats in compare(calls, batch, args.seconds).items()})
 
     result = {
         "machine": cpu_isa(),

@@ -1,4 +1,10 @@
-"""Throughput and latency, measured the same way for every model and runtime."""
+"""Throughput and latency, measured the same way for every model and runtime.
+
+Models compared in one run are timed in interleaved blocks (A A A, B B B, C C C, A A A, ...),
+so that a drift of the machine (frequency, a neighbour's load) affects all of them alike. A
+block's first call is discarded: it pays for the previous model's spinning threads and for
+caches the previous model evicted.
+"""
 
 import time
 from typing import Callable
@@ -8,22 +14,30 @@ import numpy as np
 from quantize.runtime import session
 
 
-def measure(model, feeds: dict[str, np.ndarray], threads: int = 0, min_seconds: float = 3.0) -> dict:
-    """An ONNX Runtime session over `feeds` (one batch shape), timed by `time_calls`."""
-    sess = session(model, threads)
-    return time_calls(lambda: sess.run(None, feeds), len(next(iter(feeds.values()))), min_seconds)
+def compare_sessions(models: dict[str, object], feeds: dict[str, np.ndarray], threads: int = 0, min_seconds: float = 3.0) -> dict[str, dict]:
+    """ONNX Runtime sessions of each model (path or bytes) over the same `feeds`."""
+    sessions = {name: session(model, threads) for name, model in models.items()}
+    calls = {name: (lambda s=s: s.run(None, feeds)) for name, s in sessions.items()}
+    return compare(calls, len(next(iter(feeds.values()))), min_seconds)
 
 
-def time_calls(call: Callable[[], object], batch: int, min_seconds: float = 3.0, min_runs: int = 5, warmup: int = 2) -> dict:
-    """Samples/s from the median call latency, and latency percentiles in ms."""
-    for _ in range(warmup):
-        call()
-    latencies = []
-    start = time.perf_counter()
-    while len(latencies) < min_runs or time.perf_counter() - start < min_seconds:
-        t = time.perf_counter()
-        call()
-        latencies.append(time.perf_counter() - t)
+def compare(calls: dict[str, Callable[[], object]], batch: int, min_seconds: float = 3.0, rounds: int = 4, min_block: int = 3) -> dict[str, dict]:
+    """Samples/s from the median latency of each call, and latency percentiles in ms."""
+    latencies: dict[str, list[float]] = {name: [] for name in calls}
+    block_seconds = min_seconds / rounds
+    for _ in range(rounds):
+        for name, call in calls.items():
+            call()
+            start, done = time.perf_counter(), 0
+            while done < min_block or time.perf_counter() - start < block_seconds:
+                t = time.perf_counter()
+                call()
+                latencies[name].append(time.perf_counter() - t)
+                done += 1
+    return {name: _stats(times, batch) for name, times in latencies.items()}
+
+
+def _stats(latencies: list[float], batch: int) -> dict:
     ms = np.asarray(latencies) * 1e3
     return {
         "batch": batch,

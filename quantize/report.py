@@ -37,10 +37,9 @@ def summarize(result: QuantizeResult) -> dict:
 def evaluate(summary: dict, result: QuantizeResult, evaluator=None, seconds: float = 3.0) -> dict:
     """The summary plus throughput FP32 vs INT8 on a held-out batch and, if given, the task metric."""
     report = dict(summary, isa=cpu_isa())
-    feeds = result.held_out[0]
-    fp32 = bench.measure(result.fp32_model.SerializeToString(), feeds, result.config.threads, seconds)
-    int8 = bench.measure(result.model.SerializeToString(), feeds, result.config.threads, seconds)
-    report["throughput"] = {"fp32": fp32, "int8": int8, "speedup": int8["throughput"] / fp32["throughput"]}
+    speed = bench.compare_sessions({"fp32": result.fp32_model.SerializeToString(), "int8": result.model.SerializeToString()},
+                                   result.held_out[0], result.config.threads, seconds)
+    report["throughput"] = dict(speed, speedup=speed["int8"]["throughput"] / speed["fp32"]["throughput"])
     if evaluator is not None:
         before, after = evaluator.evaluate(result.fp32_model), evaluator.evaluate(result.model)
         drop = before - after if evaluator.higher_is_better else after - before

@@ -27,6 +27,7 @@ def cleanup(model: ir.Model) -> ir.Model:
             common.RemoveUnusedNodesPass(),
             FoldConstantsPass(),
             FoldBatchNormPass(),
+            common.ShapeInferencePass(),  # the Gemm fusion needs input ranks
             FuseMatMulAddPass(),
             common.IdentityEliminationPass(),
             common.RemoveUnusedNodesPass(),
