@@ -46,15 +46,15 @@ def main() -> None:
     tflite = tflite_full_int8(keras.saving.load_model(cache / "resnet50.keras", compile=False), calib)
 
     onnx_models = {"fp32": fp32, "int8": ours.model, "ort_quantize_static": ort_static}
-    accuracy = {name: 100 * top1(m.SerializeToString(), images, labels, THREADS) for name, m in onnx_models.items()}
+    accuracy = {name: 100 * top1(m, images, labels, THREADS) for name, m in onnx_models.items()}
     accuracy["tflite_int8"] = 100 * _tflite_top1(tflite, images, labels)
-    by_method = {m: 100 * top1(quantize_(cache / "resnet50.onnx", cache / "calib.npz", QuantConfig(method=m, threads=THREADS)).model.SerializeToString(),
+    by_method = {m: 100 * top1(quantize_(cache / "resnet50.onnx", cache / "calib.npz", QuantConfig(method=m, threads=THREADS)).model,
                                images, labels, THREADS) for m in METHODS}
 
     speed = {}
     for batch in (1, 32):
         x = np.random.default_rng(0).normal(size=(batch, SPEED_SIZE, SPEED_SIZE, 3)).astype(np.float32)
-        sessions = {name: session(model.SerializeToString(), THREADS) for name, model in onnx_models.items()}
+        sessions = {name: session(model, THREADS) for name, model in onnx_models.items()}
         calls = {name: (lambda s=s: s.run(None, {"image": x})) for name, s in sessions.items()}
         runner = TFLiteRunner(tflite, x.shape, THREADS)
         calls["tflite_int8"] = lambda: runner.run(x)

@@ -25,7 +25,7 @@ def collect_histograms(
 ) -> dict[str, StreamingHistogram]:
     """Histograms of `tensors` over the first `num_samples` samples of `source`."""
     observed = _with_outputs(model, tensors)
-    sess = session(observed.SerializeToString(), threads)
+    sess = session(observed, threads)
     histograms = {name: StreamingHistogram() for name in tensors}
     done = 0
     for batch in source.batches(0, num_samples, batch_size):

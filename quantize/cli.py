@@ -5,10 +5,8 @@ import json
 import sys
 from pathlib import Path
 
-import onnx
-
 from calibration import METHODS, ImagePreprocess
-from quantize.atomic import atomic_path
+from quantize.modelio import save_model
 from quantize.config import QuantConfig
 from quantize.errors import QuantizeError
 
@@ -76,8 +74,7 @@ def run(args: argparse.Namespace) -> int:
 
     with _progress() as advance:
         result = quantize_(args.model, args.calib, config, _image_preprocess(args), advance)
-    with atomic_path(output) as tmp:
-        onnx.save(result.model, str(tmp))
+    save_model(result.model, output)
     summary = report.summarize(result)
     summary["output"] = str(output)
     if args.report is not None:

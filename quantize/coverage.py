@@ -30,8 +30,8 @@ def optimized_graph(model: onnx.ModelProto, threads: int = 1) -> onnx.GraphProto
     """The graph ORT will execute, after its fusions."""
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "optimized.onnx"
-        session(model.SerializeToString(), threads, optimized_path=path)
-        return onnx.load(str(path)).graph
+        session(model, threads, optimized_path=path)
+        return onnx.load(str(path), load_external_data=False).graph
 
 
 def float_islands(graph: onnx.GraphProto, planned: set[str]) -> set[str]:

@@ -7,7 +7,6 @@
 import json
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -78,7 +77,7 @@ def quantize_(model_path, calib_path, config: QuantConfig = QuantConfig(), image
         found = coverage.float_islands(executed, plan.nodes)
         if not found:
             break
-        islands.update({name: "ORT has no INT8 kernel for it here (left in FP32)" for name in found})
+        islands.update({name: "ORT ran it in float between Q/DQ (no fusion for this pattern), so it stays FP32" for name in found})
         nodes -= found
     _stamp(int8, original, config)
     clamped = set(plan.absorbed.values())
@@ -152,10 +151,10 @@ def _split(total: int, config: QuantConfig, multiple: int, calib_path) -> tuple[
 def _check_cleanup(original: onnx.ModelProto, clean: onnx.ModelProto, batch: dict, model_path) -> None:
     """The FP32 clean-up must not change what the model computes."""
     try:
-        ref = session(original.SerializeToString()).run(None, batch)
+        ref = session(original).run(None, batch)
     except Exception as exc:  # ORT's own error types for a model it rejects
         raise QuantizeError(model_path, f"ONNX Runtime cannot run the model: {str(exc).splitlines()[0]}") from None
-    got = session(clean.SerializeToString()).run(None, batch)
+    got = session(clean).run(None, batch)
     for r, g in zip(ref, got):
         if r.dtype.kind == "f" and not np.allclose(r, g, rtol=1e-3, atol=1e-4 * (np.abs(r).max() + 1e-6)):
             raise RuntimeError("internal error: FP32 clean-up changed the model's outputs; please report this model")
@@ -189,8 +188,10 @@ def _decisions(graph: ir.Model, plan: QuantPlan, islands: dict[str, str], exclud
             out.append(NodeDecision(node.name, node.op_type, "fp32", islands[node.name]))
         elif node.name in exclude or node.op_type in exclude:
             out.append(NodeDecision(node.name, node.op_type, "fp32", "excluded by the user"))
+        elif node.op_type in RULES and RULES[node.op_type].same_range:
+            out.append(NodeDecision(node.name, node.op_type, "fp32", "data movement outside an INT8 region"))
         elif node.op_type in RULES:
-            out.append(NodeDecision(node.name, node.op_type, "fp32", "no quantized neighbour or constant weight"))
+            out.append(NodeDecision(node.name, node.op_type, "fp32", "its weight is not a constant"))
         elif node.outputs and is_float(node.outputs[0]):
             out.append(NodeDecision(node.name, node.op_type, "fp32", "no INT8 kernel in ONNX Runtime"))
     return out

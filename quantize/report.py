@@ -37,7 +37,7 @@ def summarize(result: QuantizeResult) -> dict:
 def evaluate(summary: dict, result: QuantizeResult, evaluator=None, seconds: float = 3.0) -> dict:
     """The summary plus throughput FP32 vs INT8 on a held-out batch and, if given, the task metric."""
     report = dict(summary, isa=cpu_isa())
-    speed = bench.compare_sessions({"fp32": result.fp32_model.SerializeToString(), "int8": result.model.SerializeToString()},
+    speed = bench.compare_sessions({"fp32": result.fp32_model, "int8": result.model},
                                    result.held_out[0], result.config.threads, seconds)
     report["throughput"] = dict(speed, speedup=speed["int8"]["throughput"] / speed["fp32"]["throughput"])
     if evaluator is not None:

@@ -1,16 +1,20 @@
 """Running models: ONNX Runtime sessions on the CPU, and which integer ISA paths exist here."""
 
+import tempfile
 from pathlib import Path
 
 import numpy as np
+import onnx
 import onnxruntime as ort
+
+from quantize.modelio import is_large, save_model
 
 # The x86 features that decide which MLAS INT8 kernels ONNX Runtime picks.
 ISA_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx_vnni_int8", "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16")
 
 
-def session(model, threads: int = 0, optimized_path: Path | None = None) -> ort.InferenceSession:
-    """A CPU session with all graph optimisations; `model` is a path or serialized bytes."""
+def session(model: onnx.ModelProto | Path, threads: int = 0, optimized_path: Path | None = None) -> ort.InferenceSession:
+    """A CPU session with all graph optimisations, for a model in memory or on disk."""
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.intra_op_num_threads = threads
@@ -18,8 +22,15 @@ def session(model, threads: int = 0, optimized_path: Path | None = None) -> ort.
     options.log_severity_level = 3
     if optimized_path is not None:
         options.optimized_model_filepath = str(optimized_path)
-    source = str(model) if isinstance(model, Path) else model
-    return ort.InferenceSession(source, options, providers=["CPUExecutionProvider"])
+        options.add_session_config_entry("session.optimized_model_external_initializers_file_name", f"{Path(optimized_path).name}.data")
+    if isinstance(model, (str, Path)):
+        return ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+    if not is_large(model):
+        return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+    with tempfile.TemporaryDirectory() as tmp:  # ORT reads external data while it builds the session
+        path = Path(tmp) / "model.onnx"
+        save_model(model, path)
+        return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
 
 def run_batches(sess: ort.InferenceSession, feeds: dict[str, np.ndarray], batch: int) -> list[np.ndarray]:

@@ -16,7 +16,7 @@ def sqnr_db(reference: np.ndarray, approximation: np.ndarray) -> float:
 
 def output_sqnr(fp32: onnx.ModelProto, int8: onnx.ModelProto, batches: list[dict], threads: int = 0) -> dict[str, float]:
     """SQNR of every model output over `batches`, the INT8 model run with ORT's fused kernels."""
-    ref_sess, q_sess = session(fp32.SerializeToString(), threads), session(int8.SerializeToString(), threads)
+    ref_sess, q_sess = session(fp32, threads), session(int8, threads)
     names = [o.name for o in ref_sess.get_outputs()]
     ref = [ref_sess.run(names, b) for b in batches]
     got = [q_sess.run(names, b) for b in batches]
@@ -47,4 +47,4 @@ def _run_with_outputs(model: onnx.ModelProto, names: list[str], batch: dict, thr
     exposed.CopyFrom(model)
     present = {o.name for o in exposed.graph.output}
     exposed.graph.output.extend(onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None) for n in names if n not in present)
-    return session(exposed.SerializeToString(), threads).run(names, batch)
+    return session(exposed, threads).run(names, batch)

@@ -62,3 +62,31 @@ def calib_npz(tmp_path):
     path = tmp_path / "calib.npz"
     np.savez(path, x=images(120))
     return path
+
+
+def mixed_ops_net() -> onnx.ModelProto:
+    """Conv x2 -> Concat -> Resize -> Conv -> LeakyRelu -> AveragePool -> Sigmoid -> Mul -> Conv (graph output)."""
+    rng = np.random.default_rng(0)
+
+    def weight(name, shape):
+        return _init(name, rng.normal(0, 0.2, shape).astype(np.float32))
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1], name="conv_a"),
+        helper.make_node("Conv", ["x", "w2"], ["b"], pads=[1, 1, 1, 1], name="conv_b"),
+        helper.make_node("Concat", ["a", "b"], ["cat"], axis=1, name="concat"),
+        helper.make_node("Resize", ["cat", "", "scales"], ["up"], mode="nearest", name="resize"),
+        helper.make_node("Conv", ["up", "w3"], ["c"], pads=[1, 1, 1, 1], name="conv_c"),
+        helper.make_node("LeakyRelu", ["c"], ["lr"], alpha=0.2, name="leaky"),
+        helper.make_node("AveragePool", ["lr"], ["ap"], kernel_shape=[2, 2], strides=[2, 2], name="avgpool"),
+        helper.make_node("Sigmoid", ["ap"], ["sg"], name="sigmoid"),
+        helper.make_node("Mul", ["sg", "ap"], ["m"], name="mul"),
+        helper.make_node("Conv", ["m", "w4"], ["y"], name="conv_out"),
+    ]
+    inits = [weight("w1", (8, 3, 3, 3)), weight("w2", (8, 3, 3, 3)), _init("scales", np.array([1, 1, 2, 2], np.float32)),
+             weight("w3", (8, 16, 3, 3)), weight("w4", (4, 8, 1, 1))]
+    graph = helper.make_graph(nodes, "mixed", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, 16, 16])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model

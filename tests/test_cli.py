@@ -8,7 +8,6 @@ import sys
 
 import numpy as np
 import onnx
-import pytest
 
 from conftest import images
 

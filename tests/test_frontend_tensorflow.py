@@ -43,8 +43,8 @@ def test_keras_files_quantize_and_match_keras(cnn, tmp_path, calib, suffix):
     result = quantize_(path, calib, QuantConfig(calib_samples=30))
     x = np.load(calib)["pixels"][:5]
     expected = cnn(x, training=False).numpy()
-    fp32 = session(result.fp32_model.SerializeToString()).run(None, {"pixels": x})[0]
-    int8 = session(result.model.SerializeToString()).run(None, {"pixels": x})[0]
+    fp32 = session(result.fp32_model).run(None, {"pixels": x})[0]
+    int8 = session(result.model).run(None, {"pixels": x})[0]
     np.testing.assert_allclose(fp32, expected, rtol=1e-4, atol=1e-4)
     assert np.abs(int8 - expected).max() < 0.05 * np.abs(expected).max()
     assert "QLinearConv" in result.kernels["int8"]

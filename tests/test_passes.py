@@ -15,7 +15,7 @@ from quantize.runtime import session
 
 def _run(model, x):
     proto = model if isinstance(model, onnx.ModelProto) else ir.serde.serialize_model(model)
-    return session(proto.SerializeToString()).run(None, {"x": x})[0]
+    return session(proto).run(None, {"x": x})[0]
 
 
 def _ops(model: ir.Model) -> list[str]:

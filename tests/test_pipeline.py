@@ -4,7 +4,7 @@ import numpy as np
 import onnx
 import pytest
 
-from conftest import conv_net, images
+from conftest import conv_net, images, mixed_ops_net
 from quantize import QuantConfig, quantize_
 from quantize.coverage import INTEGER_OPS, MOVEMENT_OPS, optimized_graph
 from quantize.policy import RULES, OpRule
@@ -45,7 +45,7 @@ def test_ops_ort_cannot_run_in_int8_are_left_in_fp32_not_wrapped(tmp_path, calib
     monkeypatch.setitem(RULES, "Tanh", OpRule())  # pretend the policy thought ORT had a kernel
     result = quantize_(tmp_path / "tanh.onnx", calib_npz, QuantConfig(calib_samples=100))
     decision = next(d for d in result.decisions if d.name == "tanh")
-    assert decision.precision == "fp32" and "left in FP32" in decision.reason
+    assert decision.precision == "fp32" and "no fusion for this pattern" in decision.reason
     # It now sits on the border of two INT8 regions; no Q/DQ pair exists for its sake.
     graph = optimized_graph(result.model)
     producer = {o: n for n in graph.node for o in n.output}
@@ -72,7 +72,7 @@ def test_old_opsets_are_raised_to_13_and_stay_valid(tmp_path, calib_npz):
     onnx.checker.check_model(result.model)
     assert next(o.version for o in result.model.opset_import if o.domain == "") >= 13
     x = images(3)
-    out = session(result.model.SerializeToString()).run(None, {"x": x})[0]
+    out = session(result.model).run(None, {"x": x})[0]
     assert out.shape == (3, 10) and np.isfinite(out).all()
 
 
@@ -92,3 +92,15 @@ def test_a_fixed_batch_dimension_is_respected(tmp_path):
     result = quantize_(tmp_path / "fixed.onnx", tmp_path / "c.npy", QuantConfig(calib_samples=100))
     assert result.calibration_samples == 24 and result.sqnr_samples == "4 held-out samples"
     assert min(result.output_sqnr_db.values()) > 20
+
+
+def test_every_op_of_the_policy_table_becomes_an_integer_kernel(tmp_path):
+    onnx.save(mixed_ops_net(), str(tmp_path / "mixed.onnx"))
+    np.save(tmp_path / "x.npy", images(80))
+    result = quantize_(tmp_path / "mixed.onnx", tmp_path / "x.npy", QuantConfig())
+    assert result.kernels["float"] == {}
+    assert result.kernels["int8"] == {"QLinearAveragePool": 1, "QLinearConcat": 1, "QLinearConv": 4, "QLinearLeakyRelu": 1,
+                                      "QLinearMul": 1, "QLinearSigmoid": 1}
+    assert all(d.precision == "int8" for d in result.decisions)
+    assert [o.name for o in result.model.graph.output] == ["y"]  # the quantized output keeps its name
+    assert min(result.output_sqnr_db.values()) > 25

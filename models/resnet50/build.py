@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import onnx
 
 from models.resnet50 import data
 from quantize.atomic import atomic_path
 from quantize.cache import cache_dir
+from quantize.modelio import save_model
 
 
 @dataclass
@@ -65,8 +65,7 @@ def build(recipe: TrainRecipe = TrainRecipe(), out_dir: Path | None = None, log=
     proto = keras_to_onnx(model)
     recipe_meta = dict(data.PREPROCESS, size=recipe.size)
     proto.metadata_props.add(key="quantize.preprocess", value=json.dumps(recipe_meta))
-    with atomic_path(onnx_path) as tmp:
-        onnx.save(proto, str(tmp))
+    save_model(proto, onnx_path)
     log(f"wrote {onnx_path}")
     return out_dir
 

@@ -31,4 +31,4 @@ class Top1Evaluator:
 
     def evaluate(self, model) -> float:
         with np.load(self.test_npz) as test:
-            return 100 * top1(model.SerializeToString(), test["image"], test["label"])
+            return 100 * top1(model, test["image"], test["label"])

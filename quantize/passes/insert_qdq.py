@@ -13,6 +13,10 @@ from quantize.plan import QuantPlan
 from quantize.policy import RULES, is_float
 from quantize.qparams import activation_qparams, quantize_bias, quantize_weight
 
+# ORT fuses these with a float output (QGemm, MatMulIntegerToFloat): a graph output after them
+# stays float, with no requantization.
+FLOAT_OUTPUT_FUSIONS = {"Gemm", "MatMul"}
+
 
 class InsertQDQPass(ir.passes.InPlacePass):
     def __init__(self, plan: QuantPlan):
@@ -28,8 +32,12 @@ class InsertQDQPass(ir.passes.InPlacePass):
             self._quantize_inputs(graph, node)
         for node in planned:
             for out in node.outputs:
-                if is_float(out) and out.name in self.plan.ranges and not out.is_graph_output():
+                if not is_float(out) or out.name not in self.plan.ranges:
+                    continue
+                if not out.is_graph_output():
                     self._route_through_qdq(graph, out)
+                elif node.op_type not in FLOAT_OUTPUT_FUSIONS:
+                    self._quantize_graph_output(graph, out)
         return ir.passes.PassResult(model, modified=bool(planned))
 
     def ensures(self, model: ir.Model) -> None:
@@ -61,6 +69,17 @@ class InsertQDQPass(ir.passes.InPlacePass):
         for user, index in list(value.uses()):
             if user is not quantize_node:
                 user.replace_input_with(index, dequantized)
+
+    def _quantize_graph_output(self, graph: ir.Graph, value: ir.Value) -> None:
+        """ORT fuses a Conv into QLinearConv only with a Q after it: end with Q -> DQ, under
+        the output's own name."""
+        name = value.name
+        self._route_through_qdq(graph, value)
+        dequantized = self._dequantized[name]
+        index = list(graph.outputs).index(value)
+        value.name = f"{name}_before_quantization"
+        dequantized.name = name
+        graph.outputs[index] = dequantized
 
     def _qdq(self, graph: ir.Graph, value: ir.Value) -> ir.Value:
         if value.name in self._dequantized:
