@@ -4,7 +4,7 @@ import numpy as np
 import onnx_ir as ir
 from onnx.reference import ReferenceEvaluator
 
-from quantize.passes.initializers import add_initializer
+from quantize.passes.rewrite import add_initializer
 
 MAX_FOLDED_ELEMENTS = 10_000_000
 NEVER_FOLD = {"QuantizeLinear", "DequantizeLinear", "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial"}

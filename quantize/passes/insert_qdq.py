@@ -8,7 +8,7 @@ scales behind a DequantizeLinear; the bias becomes int32 at scale s_input * s_we
 import numpy as np
 import onnx_ir as ir
 
-from quantize.passes.initializers import add_initializer
+from quantize.passes.rewrite import add_initializer
 from quantize.plan import QuantPlan
 from quantize.policy import RULES, is_float
 from quantize.qparams import activation_qparams, quantize_bias, quantize_weight
