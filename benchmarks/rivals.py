@@ -7,7 +7,7 @@ import numpy as np
 import onnx
 
 
-def ort_quantize_static(fp32: onnx.ModelProto, calib: dict[str, np.ndarray], batch: int = 32) -> onnx.ModelProto:
+def ort_quantize_static(fp32: onnx.ModelProto, calib: dict[str, np.ndarray], batch: int = 32, activations: str = "uint8") -> onnx.ModelProto:
     """ONNX Runtime's quantize_static: QDQ, uint8 activations, per-channel int8 weights, MinMax
     calibration, after its own quant_pre_process (the settings its docstring gives for VNNI CPUs)."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quant_pre_process, quantize_static
@@ -28,7 +28,8 @@ def ort_quantize_static(fp32: onnx.ModelProto, calib: dict[str, np.ndarray], bat
         except Exception:  # its symbolic shape inference gives up on dynamic spatial dims
             quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True)
         quantize_static(str(prepared), str(output), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8, reduce_range=False)
+                        activation_type=QuantType.QUInt8 if activations == "uint8" else QuantType.QInt8,
+                        weight_type=QuantType.QInt8, reduce_range=False)
         return onnx.load(str(output))
 
 

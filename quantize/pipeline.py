@@ -56,8 +56,7 @@ def quantize_(model_path, calib_path, config: QuantConfig = QuantConfig(), image
     original = load_model(model_path)
     clean = ir.serde.serialize_model(passes.cleanup(ir.serde.deserialize_model(original)))
     inputs = input_specs(clean)
-    prep = image_preprocess or _recipe_preprocess(original)
-    source = open_calibration(calib_path, inputs, prep)
+    source = open_calibration(calib_path, inputs, image_preprocess or _recipe_preprocess(original))
     batch_size, fixed = _batch_size(inputs, config, model_path)
     n_cal, held_range = _split(source.num_samples, config, batch_size if fixed else 1, calib_path)
     held_out = list(source.batches(*held_range, batch_size))
@@ -68,19 +67,8 @@ def quantize_(model_path, calib_path, config: QuantConfig = QuantConfig(), image
     start = time.perf_counter()
     histograms = collect_histograms(clean, observed_tensors(graph, nodes), source, n_cal, batch_size, config.threads, progress)
     calibration_seconds = time.perf_counter() - start
-
-    islands: dict[str, str] = {}
-    for _ in range(MAX_ISLAND_ROUNDS):
-        plan = make_plan(ir.serde.deserialize_model(clean), nodes, histograms, config.method, config.percentile)
-        int8 = ir.serde.serialize_model(passes.lower_to_qdq(ir.serde.deserialize_model(clean), plan))
-        executed = coverage.optimized_graph(int8)
-        found = coverage.float_islands(executed, plan.nodes)
-        if not found:
-            break
-        islands.update({name: "ORT ran it in float between Q/DQ (no fusion for this pattern), so it stays FP32" for name in found})
-        nodes -= found
+    int8, plan, executed, islands = _lower_without_islands(clean, nodes, histograms, config)
     _stamp(int8, original, config)
-    clamped = set(plan.absorbed.values())
     return QuantizeResult(
         model=int8,
         fp32_model=clean,
@@ -90,10 +78,26 @@ def quantize_(model_path, calib_path, config: QuantConfig = QuantConfig(), image
         calibration_samples=n_cal,
         calibration_seconds=calibration_seconds,
         output_sqnr_db=output_sqnr(clean, int8, held_out, config.threads),
-        layer_sqnr_db=layer_sqnr(clean, int8, clamped, held_out[0], config.threads),
+        layer_sqnr_db=layer_sqnr(clean, int8, set(plan.absorbed.values()), held_out[0], config.threads),
         sqnr_samples=f"{held_range[1] - held_range[0]} held-out samples" if held_range[0] >= n_cal else f"{held_range[1]} calibration samples (none left to hold out)",
         held_out=held_out,
     )
+
+
+def _lower_without_islands(clean: onnx.ModelProto, nodes: set[str], histograms: dict, config: QuantConfig):
+    """Lower to Q/DQ, then drop every planned node ORT would still run in float, until none is
+    left. Returns the INT8 model, its plan, ORT's executed graph, and the dropped nodes."""
+    islands: dict[str, str] = {}
+    for _ in range(MAX_ISLAND_ROUNDS):
+        plan = make_plan(ir.serde.deserialize_model(clean), nodes, histograms, config.method, config.percentile)
+        int8 = ir.serde.serialize_model(passes.lower_to_qdq(ir.serde.deserialize_model(clean), plan))
+        executed = coverage.optimized_graph(int8)
+        found = coverage.float_islands(executed, plan.nodes)
+        if not found:
+            break
+        islands.update({name: "ORT ran it in float between Q/DQ (no fusion for this pattern), so it stays FP32" for name in found})
+        nodes = nodes - found
+    return int8, plan, executed, islands
 
 
 def input_specs(model: onnx.ModelProto) -> list[InputSpec]:
