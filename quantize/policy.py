@@ -18,14 +18,15 @@ class OpRule:
     weight: int | None = None  # constant input quantized per channel (int8 symmetric)
     bias: int | None = None  # constant input quantized to int32 at scale s_in * s_w
     same_range: bool = False  # data movement: output keeps the input's scale and zero point
+    constant_operands: bool = False  # constant activation inputs (a bias Add) become uint8 tensors
 
 
 RULES: dict[str, OpRule] = {
     "Conv": OpRule(weight=1, bias=2),
     "Gemm": OpRule(weight=1, bias=2),
     "MatMul": OpRule(activations=(0, 1), weight=1),
-    "Add": OpRule(activations=(0, 1)),
-    "Mul": OpRule(activations=(0, 1)),
+    "Add": OpRule(activations=(0, 1), constant_operands=True),
+    "Mul": OpRule(activations=(0, 1), constant_operands=True),
     "Concat": OpRule(activations=tuple(range(64))),
     "GlobalAveragePool": OpRule(),
     "AveragePool": OpRule(),

@@ -37,3 +37,10 @@ def quantize_bias(bias: np.ndarray, input_scale: np.float32, weight_scale: np.nd
     scale = (np.float32(input_scale) * weight_scale).astype(np.float32)
     q = np.clip(np.round(bias / scale), -INT32_MAX, INT32_MAX).astype(np.int32)
     return q, scale
+
+
+def quantize_constant(array: np.ndarray) -> tuple[np.ndarray, np.float32, np.uint8]:
+    """A constant operand of an elementwise op, as uint8 over its own range."""
+    scale, zero_point = activation_qparams(float(array.min()), float(array.max()))
+    q = np.clip(np.round(array / scale) + zero_point, QMIN_U8, QMAX_U8).astype(np.uint8)
+    return q, scale, zero_point

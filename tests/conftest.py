@@ -90,3 +90,27 @@ def mixed_ops_net() -> onnx.ModelProto:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model
+
+
+def token_net(vocab: int = 100, width: int = 32, length: int = 12) -> onnx.ModelProto:
+    """ids(N,S) int64 -> Gather embedding -> Mul by mask -> MatMul + bias -> Relu -> MatMul -> Softmax."""
+    rng = np.random.default_rng(0)
+    nodes = [
+        helper.make_node("Gather", ["emb", "ids"], ["e"], name="embed"),
+        helper.make_node("Unsqueeze", ["mask", "axis"], ["m3"], name="unsqueeze"),
+        helper.make_node("Mul", ["e", "m3"], ["em"], name="apply_mask"),
+        helper.make_node("MatMul", ["em", "w1"], ["h"], name="ffn1"),
+        helper.make_node("Add", ["h", "b1"], ["hb"], name="ffn1_bias"),
+        helper.make_node("Relu", ["hb"], ["r"], name="relu"),
+        helper.make_node("MatMul", ["r", "w2"], ["o"], name="ffn2"),
+        helper.make_node("Softmax", ["o"], ["y"], axis=-1, name="softmax"),
+    ]
+    inits = [_init("emb", rng.normal(0, 1, (vocab, width)).astype(np.float32)), _init("axis", np.array([2], np.int64)),
+             _init("w1", rng.normal(0, 0.2, (width, 64)).astype(np.float32)), _init("b1", rng.normal(0, 0.1, 64).astype(np.float32)),
+             _init("w2", rng.normal(0, 0.2, (64, width)).astype(np.float32))]
+    inputs = [helper.make_tensor_value_info("ids", TensorProto.INT64, ["N", length]),
+              helper.make_tensor_value_info("mask", TensorProto.FLOAT, ["N", length])]
+    graph = helper.make_graph(nodes, "tokens", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", length, width])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model

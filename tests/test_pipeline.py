@@ -4,7 +4,7 @@ import numpy as np
 import onnx
 import pytest
 
-from conftest import conv_net, images, mixed_ops_net
+from conftest import conv_net, images, mixed_ops_net, token_net
 from quantize import QuantConfig, quantize_
 from quantize.coverage import INTEGER_OPS, MOVEMENT_OPS, optimized_graph
 from quantize.policy import RULES, OpRule
@@ -103,4 +103,16 @@ def test_every_op_of_the_policy_table_becomes_an_integer_kernel(tmp_path):
                                       "QLinearMul": 1, "QLinearSigmoid": 1}
     assert all(d.precision == "int8" for d in result.decisions)
     assert [o.name for o in result.model.graph.output] == ["y"]  # the quantized output keeps its name
+    assert min(result.output_sqnr_db.values()) > 25
+
+
+def test_token_model_with_integer_ids_mask_and_sequence_matmuls(tmp_path):
+    onnx.save(token_net(), str(tmp_path / "tokens.onnx"))
+    rng = np.random.default_rng(0)
+    np.savez(tmp_path / "c.npz", ids=rng.integers(0, 100, (100, 12)), mask=(rng.random((100, 12)) > 0.2).astype(np.float32))
+    result = quantize_(tmp_path / "tokens.onnx", tmp_path / "c.npz", QuantConfig())
+    assert result.kernels["int8"] == {"QLinearAdd": 1, "QLinearMatMul": 2, "QLinearMul": 1}  # the bias Add too
+    assert result.kernels["float"] == {"Softmax": 1}
+    decisions = {d.name: d for d in result.decisions}
+    assert decisions["relu"].reason == "folded into the uint8 clamp"
     assert min(result.output_sqnr_db.values()) > 25

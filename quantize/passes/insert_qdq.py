@@ -11,7 +11,7 @@ import onnx_ir as ir
 from quantize.passes.rewrite import add_initializer
 from quantize.plan import QuantPlan
 from quantize.policy import RULES, is_float
-from quantize.qparams import activation_qparams, quantize_bias, quantize_weight
+from quantize.qparams import activation_qparams, quantize_bias, quantize_constant, quantize_weight
 
 # ORT fuses these with a float output (QGemm, MatMulIntegerToFloat): a graph output after them
 # stays float, with no requantization.
@@ -62,6 +62,9 @@ class InsertQDQPass(ir.passes.InPlacePass):
                     node.replace_input_with(index, bias)
             elif index in rule.activations and is_float(value) and value.name in self.plan.ranges:
                 node.replace_input_with(index, self._qdq(graph, value))
+            elif index in rule.activations and rule.constant_operands and is_float(value) and value.const_value is not None:
+                q, scale, zero_point = quantize_constant(value.const_value.numpy())
+                node.replace_input_with(index, self._dequantize_constant(graph, f"{node.name}_operand{index}", q, scale, zero_point, None, value))
 
     def _route_through_qdq(self, graph: ir.Graph, value: ir.Value) -> None:
         dequantized = self._qdq(graph, value)
@@ -118,7 +121,7 @@ class InsertQDQPass(ir.passes.InPlacePass):
     def _dequantize_constant(self, graph, name, q, scale, zero_point, axis, like: ir.Value) -> ir.Value:
         inputs = [add_initializer(graph, f"{name}_quantized", q), add_initializer(graph, f"{name}_scale", scale),
                   add_initializer(graph, f"{name}_zero_point", zero_point)]
-        attributes = [ir.AttrInt64("axis", axis)] if axis is not None and scale.size > 1 else []
+        attributes = [ir.AttrInt64("axis", axis)] if axis is not None and np.size(scale) > 1 else []
         dq = ir.Node("", "DequantizeLinear", inputs, attributes=attributes, name=f"{name}_DequantizeLinear")
         dq.outputs[0].name = f"{name}_dequantized"
         dq.outputs[0].type, dq.outputs[0].shape = like.type, like.shape
