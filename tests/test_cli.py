@@ -8,6 +8,7 @@ import sys
 
 import numpy as np
 import onnx
+import pytest
 
 from conftest import images
 
@@ -97,3 +98,20 @@ def test_bad_input_gets_one_clear_line(tmp_path, conv_model, calib_npz):
         assert expected in lines[0], (expected, lines[0])
         assert not (tmp_path / "o.onnx").exists()
     assert _digest(conv_model) == model_digest
+
+
+def test_image_directory_with_preprocessing_flags(conv_model, tmp_path):
+    from PIL import Image
+
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    for i in range(30):  # flat colours survive resizing; the first 24 (calibration) span 0..255
+        Image.new("RGB", (24, 20), (min(255, i * 255 // 23),) * 3).save(folder / f"{i:02d}.png")
+    run = quantize(conv_model, "--calib", folder, "-o", tmp_path / "q.onnx", "--layout", "NCHW", "--method", "minmax",
+                   "--scale", 1 / 255, "--mean", 0.5, 0.5, 0.5, "--std", 0.25, 0.25, 0.25, "--json")
+    assert run.returncode == 0, run.stderr
+    summary = json.loads(run.stdout)
+    assert summary["calibration"]["samples"] == 24 and summary["sqnr_samples"] == "6 held-out samples"
+    model = onnx.load(str(tmp_path / "q.onnx"))
+    scale = next(onnx.numpy_helper.to_array(t) for t in model.graph.initializer if t.name == "x_scale")
+    assert scale == pytest.approx(4 / 255, rel=1e-4)  # (pixel/255 - 0.5) / 0.25 spans [-2, 2]
