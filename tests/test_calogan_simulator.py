@@ -7,7 +7,8 @@ import numpy as np
 import pytest
 
 from models.calogan import detector
-from models.calogan.showers import open_showers, write_showers
+from models.calogan.showers import write_showers
+from physics_metrics.showerfile import open_showers
 from models.calogan.simulate import geometry, simulate
 from quantize.errors import QuantizeError
 
