@@ -43,4 +43,6 @@ def _absorbable(node: ir.Node, nodes: set[str]) -> bool:
         return False
     source = node.inputs[0]
     producer = source.producer()
-    return producer is not None and producer.name in nodes and len(source.uses()) == 1 and not source.is_graph_output()
+    if producer is None or producer.name not in nodes or RULES[producer.op_type].same_range:
+        return False  # a data-movement op shares its input's range, which need not start at 0
+    return len(source.uses()) == 1 and not source.is_graph_output()

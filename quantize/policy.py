@@ -39,6 +39,9 @@ RULES: dict[str, OpRule] = {
     "Flatten": OpRule(same_range=True),
     "Squeeze": OpRule(same_range=True),
     "Unsqueeze": OpRule(same_range=True),
+    "Slice": OpRule(same_range=True),
+    "Pad": OpRule(same_range=True),
+    "Tile": OpRule(same_range=True),
 }
 
 # Ops whose float output, if it feeds only a quantized op's range, the uint8 clamp reproduces.

@@ -118,3 +118,29 @@ def test_matmul_plus_bias_becomes_one_gemm():
     assert _ops(model) == ["Gemm"] and model.graph.outputs[0].name == "y"
     x = rng.normal(size=(5, 6)).astype(np.float32)
     np.testing.assert_allclose(_run(model, x), _run(original, x), rtol=1e-5, atol=1e-6)
+
+
+def _conv3d_model(pads, bias: bool):
+    rng = np.random.default_rng(0)
+    inputs = ["x", "w"] + (["b"] if bias else [])
+    inits = [numpy_helper.from_array(rng.normal(size=(5, 3, 3, 2, 4)).astype(np.float32), "w")]
+    if bias:
+        inits.append(numpy_helper.from_array(rng.normal(size=5).astype(np.float32), "b"))
+    out_shape = [6 + pads[0] + pads[3] - 2, 7 + pads[1] + pads[4] - 1, 9 + pads[2] + pads[5] - 3]
+    graph = helper.make_graph([helper.make_node("Conv", inputs, ["y"], pads=pads, name="conv3d")], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 6, 7, 9])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 5, *out_shape])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_conv3d_becomes_a_2d_conv_with_the_same_outputs():
+    x = np.random.default_rng(1).normal(size=(2, 3, 6, 7, 9)).astype(np.float32)
+    for pads, bias in (([0, 0, 0, 0, 0, 0], False), ([1, 0, 2, 2, 1, 0], True)):
+        original = _conv3d_model(pads, bias)
+        model = passes.cleanup(ir.serde.deserialize_model(original))
+        convs = [n for n in model.graph if n.op_type == "Conv"]
+        assert len(convs) == 1 and len(convs[0].inputs[1].const_value.shape) == 4
+        assert model.graph.outputs[0].name == "y"
+        np.testing.assert_allclose(_run(model, x), _run(original, x), rtol=1e-4, atol=1e-4)

@@ -1,6 +1,7 @@
 """Graph rewrites, each an onnx-ir pass: FP32 clean-up first, then lowering to Q/DQ.
 
-    cleanup(model)          shape inference, constant folding, BatchNorm folding, dead nodes
+    cleanup(model)          shape inference, constant folding, BatchNorm folding, MatMul+bias ->
+                            Gemm, Conv3D -> 2D Conv, dead nodes
     lower_to_qdq(model, p)  carry out a QuantPlan: absorb Relus, insert Q/DQ pairs
 """
 
@@ -10,11 +11,13 @@ from onnx_ir.passes import common
 from quantize.passes.absorb_activation import AbsorbActivationPass
 from quantize.passes.fold_batchnorm import FoldBatchNormPass
 from quantize.passes.fold_constants import FoldConstantsPass
+from quantize.passes.fold_conv3d import FoldConv3DPass
 from quantize.passes.fuse_matmul_add import FuseMatMulAddPass
 from quantize.passes.insert_qdq import InsertQDQPass
 from quantize.plan import QuantPlan
 
-__all__ = ["AbsorbActivationPass", "FoldBatchNormPass", "FoldConstantsPass", "FuseMatMulAddPass", "InsertQDQPass", "cleanup", "lower_to_qdq"]
+__all__ = ["AbsorbActivationPass", "FoldBatchNormPass", "FoldConstantsPass", "FoldConv3DPass", "FuseMatMulAddPass", "InsertQDQPass",
+           "cleanup", "lower_to_qdq"]
 
 
 def cleanup(model: ir.Model) -> ir.Model:
@@ -29,6 +32,7 @@ def cleanup(model: ir.Model) -> ir.Model:
             FoldBatchNormPass(),
             common.ShapeInferencePass(),  # the Gemm fusion needs input ranks
             FuseMatMulAddPass(),
+            FoldConv3DPass(),  # ORT's INT8 3D conv is slower than FP32; its 2D QLinearConv is fast
             common.IdentityEliminationPass(),
             common.RemoveUnusedNodesPass(),
             common.ShapeInferencePass(),
