@@ -144,3 +144,16 @@ def test_conv3d_becomes_a_2d_conv_with_the_same_outputs():
         assert len(convs) == 1 and len(convs[0].inputs[1].const_value.shape) == 4
         assert model.graph.outputs[0].name == "y"
         np.testing.assert_allclose(_run(model, x), _run(original, x), rtol=1e-4, atol=1e-4)
+
+
+def test_transpose_pairs_that_undo_each_other_are_removed():
+    nodes = [helper.make_node("Transpose", ["x"], ["a"], perm=[0, 2, 3, 1]), helper.make_node("Transpose", ["a"], ["b"], perm=[0, 3, 1, 2]),
+             helper.make_node("Relu", ["b"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 4, 5])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3, 4, 5])])
+    original = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    original.ir_version = 8
+    model = passes.cleanup(ir.serde.deserialize_model(original))
+    assert _ops(model) == ["Relu"]
+    x = np.random.default_rng(0).normal(size=(2, 3, 4, 5)).astype(np.float32)
+    np.testing.assert_array_equal(_run(model, x), _run(original, x))

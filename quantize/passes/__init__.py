@@ -9,6 +9,7 @@ import onnx_ir as ir
 from onnx_ir.passes import common
 
 from quantize.passes.absorb_activation import AbsorbActivationPass
+from quantize.passes.cancel_transposes import CancelTransposesPass
 from quantize.passes.fold_batchnorm import FoldBatchNormPass
 from quantize.passes.fold_constants import FoldConstantsPass
 from quantize.passes.fold_conv3d import FoldConv3DPass
@@ -16,7 +17,7 @@ from quantize.passes.fuse_matmul_add import FuseMatMulAddPass
 from quantize.passes.insert_qdq import InsertQDQPass
 from quantize.plan import QuantPlan
 
-__all__ = ["AbsorbActivationPass", "FoldBatchNormPass", "FoldConstantsPass", "FoldConv3DPass", "FuseMatMulAddPass", "InsertQDQPass",
+__all__ = ["AbsorbActivationPass", "CancelTransposesPass", "FoldBatchNormPass", "FoldConstantsPass", "FoldConv3DPass", "FuseMatMulAddPass", "InsertQDQPass",
            "cleanup", "lower_to_qdq"]
 
 
@@ -33,6 +34,7 @@ def cleanup(model: ir.Model) -> ir.Model:
             common.ShapeInferencePass(),  # the Gemm fusion needs input ranks
             FuseMatMulAddPass(),
             FoldConv3DPass(),  # ORT's INT8 3D conv is slower than FP32; its 2D QLinearConv is fast
+            CancelTransposesPass(),
             common.IdentityEliminationPass(),
             common.RemoveUnusedNodesPass(),
             common.ShapeInferencePass(),
