@@ -157,3 +157,28 @@ def test_transpose_pairs_that_undo_each_other_are_removed():
     assert _ops(model) == ["Relu"]
     x = np.random.default_rng(0).normal(size=(2, 3, 4, 5)).astype(np.float32)
     np.testing.assert_array_equal(_run(model, x), _run(original, x))
+
+
+def test_conv3d_folds_an_unpadded_axis_and_needs_no_pad():
+    x = np.random.default_rng(2).normal(size=(2, 3, 6, 7, 9)).astype(np.float32)
+    for pads in ([1, 0, 2, 1, 0, 2], [1, 1, 0, 1, 1, 0], [1, 1, 1, 1, 1, 1]):
+        original = _conv3d_model(pads, bias=True)
+        model = passes.cleanup(ir.serde.deserialize_model(original))
+        assert ("Pad" in _ops(model)) == (min(pads[a] + pads[a + 3] for a in range(3)) > 0), pads
+        np.testing.assert_allclose(_run(model, x), _run(original, x), rtol=1e-4, atol=1e-4)
+
+
+def test_zero_pad_through_a_layout_transpose_folds_into_the_conv():
+    rng = np.random.default_rng(3)
+    nodes = [helper.make_node("Pad", ["x", "pads"], ["p"]), helper.make_node("Transpose", ["p"], ["t"], perm=[0, 3, 1, 2]),
+             helper.make_node("Conv", ["t", "w"], ["y"])]
+    inits = [numpy_helper.from_array(np.array([0, 1, 2, 0, 0, 1, 2, 0], np.int64), "pads"),
+             numpy_helper.from_array(rng.normal(size=(4, 3, 3, 3)).astype(np.float32), "w")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 5, 6, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, 5, 8])], inits)
+    original = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    original.ir_version = 8
+    model = passes.cleanup(ir.serde.deserialize_model(original))
+    assert _ops(model) == ["Transpose", "Conv"]
+    x = rng.normal(size=(2, 5, 6, 3)).astype(np.float32)
+    np.testing.assert_allclose(_run(model, x), _run(original, x), rtol=1e-5, atol=1e-5)

@@ -20,6 +20,7 @@ import numpy as np
 from models.calogan.network import LATENT, discriminator, generator
 from models.calogan.showers import write_showers
 from physics_metrics.showerfile import open_showers
+from quantize.atomic import write_text
 from quantize.cache import cache_dir
 
 CELL_SCALE, ENERGY_SCALE, CELL_FLOOR_GEV = 100.0, 100.0, 1e-6
@@ -92,7 +93,7 @@ def train(recipe: TrainRecipe = TrainRecipe(), minutes: float = float("inf"), ou
                                                 "d_loss": float(np.mean([l[0] for l in losses])), "g_loss": float(np.mean([l[1] for l in losses]))})
         gen.save_weights(out / "generator.weights.h5")
         disc.save_weights(out / "discriminator.weights.h5")
-        state_path.write_text(json.dumps(state, indent=2))
+        write_text(state_path, json.dumps(state, indent=2))
         log(f"epoch {state['epoch']}/{recipe.epochs}: d_loss {state['history'][-1]['d_loss']:.3f} g_loss {state['history'][-1]['g_loss']:.3f} "
             f"({state['history'][-1]['seconds']:.0f} s)")
     return out

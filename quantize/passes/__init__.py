@@ -1,7 +1,8 @@
 """Graph rewrites, each an onnx-ir pass: FP32 clean-up first, then lowering to Q/DQ.
 
     cleanup(model)          shape inference, constant folding, BatchNorm folding, MatMul+bias ->
-                            Gemm, Conv3D -> 2D Conv, dead nodes
+                            Gemm, zero Pads into Convs, Conv3D -> 2D Conv, Transpose merging,
+                            dead nodes
     lower_to_qdq(model, p)  carry out a QuantPlan: absorb Relus, insert Q/DQ pairs
 """
 
@@ -9,15 +10,16 @@ import onnx_ir as ir
 from onnx_ir.passes import common
 
 from quantize.passes.absorb_activation import AbsorbActivationPass
-from quantize.passes.cancel_transposes import CancelTransposesPass
 from quantize.passes.fold_batchnorm import FoldBatchNormPass
 from quantize.passes.fold_constants import FoldConstantsPass
 from quantize.passes.fold_conv3d import FoldConv3DPass
+from quantize.passes.fold_pad import FoldPadIntoConvPass
 from quantize.passes.fuse_matmul_add import FuseMatMulAddPass
 from quantize.passes.insert_qdq import InsertQDQPass
+from quantize.passes.merge_transposes import MergeTransposesPass
 from quantize.plan import QuantPlan
 
-__all__ = ["AbsorbActivationPass", "CancelTransposesPass", "FoldBatchNormPass", "FoldConstantsPass", "FoldConv3DPass", "FuseMatMulAddPass", "InsertQDQPass",
+__all__ = ["AbsorbActivationPass", "FoldBatchNormPass", "FoldConstantsPass", "FoldConv3DPass", "FoldPadIntoConvPass", "FuseMatMulAddPass", "InsertQDQPass", "MergeTransposesPass",
            "cleanup", "lower_to_qdq"]
 
 
@@ -33,8 +35,10 @@ def cleanup(model: ir.Model) -> ir.Model:
             FoldBatchNormPass(),
             common.ShapeInferencePass(),  # the Gemm fusion needs input ranks
             FuseMatMulAddPass(),
+            FoldPadIntoConvPass(),
+            common.ShapeInferencePass(),  # the Conv3D folding needs the shapes the Pad folding changed
             FoldConv3DPass(),  # ORT's INT8 3D conv is slower than FP32; its 2D QLinearConv is fast
-            CancelTransposesPass(),
+            MergeTransposesPass(),
             common.IdentityEliminationPass(),
             common.RemoveUnusedNodesPass(),
             common.ShapeInferencePass(),

@@ -8,6 +8,9 @@ and one 2D Conv with weights (K, kd*C, kh, kw) computes every output depth:
     Pad(D) -> Slice x kd -> Concat(channels) -> Reshape(N*Do, H, W, kd*C) -> Transpose(NCHW)
     -> Conv2D -> Transpose(NHWC) -> Reshape(N, Do, Ho, Wo, K) -> Transpose(N, K, Do, Ho, Wo)
 
+The folded axis is the first one without padding when there is one (so no Pad is needed and
+the padding stays the 2D Conv's own); "depth" above stands for that axis.
+
 It works channels-last (NDHWC), the layout TensorFlow exports feed Conv3D through a Transpose:
 the Transposes it puts around the 2D Conv are exactly the inverses of those ONNX Runtime adds
 around its NHWC QLinearConv, and the last one cancels the exporter's next Transpose back to
@@ -16,8 +19,7 @@ NDHWC (`CancelTransposesPass`), so no data is transposed at all in the end.
 Only stride 1, dilation 1, group 1 and static D/H/W are lowered; other Conv3Ds stay as they are.
 """
 
-TO_CHANNELS_LAST = [0, 2, 3, 4, 1]
-TO_CHANNELS_FIRST = [0, 4, 1, 2, 3]
+
 
 import numpy as np
 import onnx_ir as ir
@@ -43,11 +45,17 @@ class FoldConv3DPass(FusionPass):
 
     def rewrite(self, graph: ir.Graph, conv: ir.Node, _) -> None:
         x, weight = conv.inputs[0], conv.inputs[1].const_value.numpy()
-        k, c, kd, kh, kw = weight.shape
-        _, _, d, h, w = list(x.shape)
+        spatial = list(x.shape)[2:]
         pads = _ints(conv, "pads", [0] * 6)
-        d_out = d + pads[0] + pads[3] - kd + 1
-        h_out, w_out = h + pads[1] + pads[4] - kh + 1, w + pads[2] + pads[5] - kw + 1
+        axis = _fold_axis(pads)
+        rest = [a for a in range(3) if a != axis]
+        # Work in (N, A, R1, R2, C): the folded axis A first, the two 2D-conv axes R1, R2 after.
+        order = [axis, *rest]
+        k, c = weight.shape[:2]
+        ka, kr1, kr2 = (weight.shape[2 + a] for a in order)
+        a_size, r1, r2 = (spatial[a] for a in order)
+        a_out = a_size + pads[axis] + pads[3 + axis] - ka + 1
+        r_out = [spatial[a] + pads[a] + pads[3 + a] - weight.shape[2 + a] + 1 for a in rest]
         name = conv.name
 
         def const(suffix, array):
@@ -60,20 +68,31 @@ class FoldConv3DPass(FusionPass):
             return made.outputs[0]
 
         chain: list[ir.Node] = []
-        source = node("Transpose", [x], "channels_last", perm=TO_CHANNELS_LAST)  # (N, D, H, W, C)
-        if pads[0] or pads[3]:
-            source = node("Pad", [source, const("depth_pads", np.array([0, pads[0], 0, 0, 0, 0, pads[3], 0, 0, 0], np.int64))], "pad_depth")
-        axis = const("axis", np.array([1], np.int64))
-        windows = [node("Slice", [source, const(f"start{i}", np.array([i], np.int64)), const(f"end{i}", np.array([i + d_out], np.int64)), axis], f"window{i}")
-                   for i in range(kd)]
+        source = node("Transpose", [x], "channels_last", perm=[0, *(2 + a for a in order), 1])  # (N, A, R1, R2, C)
+        if pads[axis] or pads[3 + axis]:
+            source = node("Pad", [source, const("fold_pads", np.array([0, pads[axis], 0, 0, 0, 0, pads[3 + axis], 0, 0, 0], np.int64))], "pad_folded_axis")
+        first = const("axis", np.array([1], np.int64))
+        windows = [node("Slice", [source, const(f"start{i}", np.array([i], np.int64)), const(f"end{i}", np.array([i + a_out], np.int64)), first], f"window{i}")
+                   for i in range(ka)]
         stacked = node("Concat", windows, "windows", axis=4)  # channel i*C + c
-        flat = node("Reshape", [stacked, const("shape2d", np.array([-1, h, w, kd * c], np.int64))], "to_2d")
+        flat = node("Reshape", [stacked, const("shape2d", np.array([-1, r1, r2, ka * c], np.int64))], "to_2d")
         nchw = node("Transpose", [flat], "to_nchw", perm=[0, 3, 1, 2])
-        folded = const("weight2d", weight.transpose(0, 2, 1, 3, 4).reshape(k, kd * c, kh, kw))
-        conv2d = node("Conv", [nchw, folded, *conv.inputs[2:3]], "2d", pads=[pads[1], pads[2], pads[4], pads[5]], kernel_shape=[kh, kw])
+        folded = weight.transpose(0, *(2 + a for a in order), 1).transpose(0, 1, 4, 2, 3).reshape(k, ka * c, kr1, kr2)
+        conv2d = node("Conv", [nchw, const("weight2d", folded), *conv.inputs[2:3]], "2d",
+                      pads=[pads[rest[0]], pads[rest[1]], pads[3 + rest[0]], pads[3 + rest[1]]], kernel_shape=[kr1, kr2])
         nhwc = node("Transpose", [conv2d], "to_nhwc", perm=[0, 2, 3, 1])
-        node("Reshape", [nhwc, const("shape3d", np.array([-1, d_out, h_out, w_out, k], np.int64))], "to_3d")
-        result = ir.Node("", "Transpose", [chain[-1].outputs[0]], attributes=[ir.AttrInt64s("perm", TO_CHANNELS_FIRST)], name=f"{name}_channels_first")
+        node("Reshape", [nhwc, const("shape3d", np.array([-1, a_out, *r_out, k], np.int64))], "to_3d")  # (N, A, R1, R2, K)
+        back = [0] * 5  # (N, A, R1, R2, K) -> (N, K, D, H, W)
+        back[1] = 4
+        for position, a in enumerate(order, start=1):
+            back[2 + a] = position
+        result = ir.Node("", "Transpose", [chain[-1].outputs[0]], attributes=[ir.AttrInt64s("perm", back)], name=f"{name}_channels_first")
         for made in chain:
             graph.insert_before(conv, made)
         replace_nodes(graph, [conv], result)
+
+
+def _fold_axis(pads: list[int]) -> int:
+    """The spatial axis to fold: the first without padding (a folded axis needs an explicit
+    Pad, which ORT runs in float), else depth."""
+    return next((a for a in range(3) if pads[a] == 0 and pads[3 + a] == 0), 0)

@@ -1,0 +1,35 @@
+"""Merge consecutive Transposes into one, and drop it when the two undo each other."""
+
+import onnx_ir as ir
+
+from quantize.passes.rewrite import FusionPass
+
+
+def _perm(node: ir.Node | None) -> list[int] | None:
+    if node is None or node.op_type != "Transpose" or "perm" not in node.attributes:
+        return None
+    return list(node.attributes["perm"].value)
+
+
+class MergeTransposesPass(FusionPass):
+    def match(self, outer: ir.Node) -> ir.Node | None:
+        q = _perm(outer)
+        inner = outer.inputs[0].producer() if q is not None else None
+        p = _perm(inner)
+        return inner if p is not None and len(p) == len(q) and len(inner.outputs[0].uses()) == 1 else None
+
+    def rewrite(self, graph: ir.Graph, outer: ir.Node, inner: ir.Node) -> None:
+        p, q = _perm(inner), _perm(outer)
+        composed = [p[i] for i in q]
+        source, result = inner.inputs[0], outer.outputs[0]
+        if composed != list(range(len(composed))):
+            outer.attributes["perm"] = ir.AttrInt64s("perm", composed)
+            outer.replace_input_with(0, source)
+        elif result.is_graph_output() and (source.is_graph_input() or source.is_graph_output()):
+            return
+        else:
+            if result.is_graph_output():
+                source.name, result.name = result.name, None
+            ir.convenience.replace_all_uses_with(result, source, replace_graph_outputs=True)
+            graph.remove(outer, safe=True)
+        graph.remove(inner, safe=True)
