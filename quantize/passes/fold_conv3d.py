@@ -80,6 +80,7 @@ class FoldConv3DPass(FusionPass):
         folded = weight.transpose(0, *(2 + a for a in order), 1).transpose(0, 1, 4, 2, 3).reshape(k, ka * c, kr1, kr2)
         conv2d = node("Conv", [nchw, const("weight2d", folded), *conv.inputs[2:3]], "2d",
                       pads=[pads[rest[0]], pads[rest[1]], pads[3 + rest[0]], pads[3 + rest[1]]], kernel_shape=[kr1, kr2])
+        conv2d.producer().name = name  # it stands for the Conv3D: --exclude by the exported name still works
         nhwc = node("Transpose", [conv2d], "to_nhwc", perm=[0, 2, 3, 1])
         node("Reshape", [nhwc, const("shape3d", np.array([-1, a_out, *r_out, k], np.int64))], "to_3d")  # (N, A, R1, R2, K)
         back = [0] * 5  # (N, A, R1, R2, K) -> (N, K, D, H, W)
