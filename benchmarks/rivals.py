@@ -1,5 +1,6 @@
 """The rival quantizers, each configured as its own documentation recommends for x86 CPUs."""
 
+import contextlib
 import tempfile
 from pathlib import Path
 
@@ -20,7 +21,9 @@ def ort_quantize_static(fp32: onnx.ModelProto, calib: dict[str, np.ndarray], bat
         def get_next(self):
             return next(self.batches, None)
 
-    with tempfile.TemporaryDirectory() as tmp:
+    # Its quant_pre_process leaves sym_shape_infer_temp.onnx and a weights file in the current
+    # directory when symbolic shape inference fails: run it inside the temporary one.
+    with tempfile.TemporaryDirectory() as tmp, contextlib.chdir(tmp):
         source, prepared, output = (Path(tmp) / name for name in ("fp32.onnx", "prep.onnx", "int8.onnx"))
         onnx.save(fp32, str(source))
         try:
