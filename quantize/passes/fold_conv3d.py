@@ -13,13 +13,12 @@ the padding stays the 2D Conv's own); "depth" above stands for that axis.
 
 It works channels-last (NDHWC), the layout TensorFlow exports feed Conv3D through a Transpose:
 the Transposes it puts around the 2D Conv are exactly the inverses of those ONNX Runtime adds
-around its NHWC QLinearConv, and the last one cancels the exporter's next Transpose back to
-NDHWC (`CancelTransposesPass`), so no data is transposed at all in the end.
+around its NHWC QLinearConv, and its first and last ones merge with the exporter's own
+(`MergeTransposesPass`): what is left is at most one permutation of the Conv3D's input and
+output when the folded axis is not depth.
 
 Only stride 1, dilation 1, group 1 and static D/H/W are lowered; other Conv3Ds stay as they are.
 """
-
-
 
 import numpy as np
 import onnx_ir as ir
