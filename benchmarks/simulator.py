@@ -27,8 +27,7 @@ def main() -> None:
         showers = simulate(np.full(500, float(e)), rng, geo)
         total = showers.sum(axis=(1, 2, 3))
         profile = showers.sum(axis=(0, 1, 2))
-        x = e / 100
-        fit = (2.21 - 0.28 * x + 0.11 * x**2 - 0.023 * x**3 + 0.0018 * x**4) / 100
+        fit = float(detector.sampling_fraction_fit(e))
         checks[e] = {"sampling_fraction": float(total.mean() / e), "fit_3dgan": fit, "ratio_to_fit": float(total.mean() / e / fit),
                      "resolution": float(total.std() / total.mean()), "mean_depth_x0": float(np.sum(profile * centres) / profile.sum())}
     result = {"machine": cpu_isa(), "showers_per_s_10000_uniform_2_500_gev_2_processes": rate, "by_energy_gev": checks}

@@ -21,6 +21,7 @@ CELLS = 25
 # statistical noise when bins hold a handful of entries.
 EDGES = {
     "sampling_fraction": np.linspace(0, 0.04, 81),
+    "total_energy_over_centre": np.linspace(0, 0.04, 81),  # total energy / bin centre: SF-like
     **{f"m1_{a}": np.linspace(0, CELLS, 51) for a in AXES},
     **{f"m2_{a}": np.linspace(0, 30, 41) for a in AXES},
     **{f"hottest_{a}": np.arange(-0.5, CELLS + 0.5) for a in AXES},
@@ -50,8 +51,7 @@ class _BinAccumulator:
         features = shower_features(showers, energies)
         features["total_energy_over_centre"] = features.pop("total_energy") / self.centre
         for name, values in features.items():
-            edges = EDGES["sampling_fraction"] if name == "total_energy_over_centre" else EDGES[name]
-            counts, _ = np.histogram(values, edges)
+            counts, _ = np.histogram(values, EDGES[name])
             self.histograms[name] = self.histograms.get(name, 0) + counts
         cells = showers[showers > CELL_FLOOR_GEV]
         counts, _ = np.histogram(np.log10(cells), EDGES["cell_log10_energy"])

@@ -67,7 +67,7 @@ def quantize_(model_path, calib_path, config: QuantConfig = QuantConfig(), image
     start = time.perf_counter()
     histograms = collect_histograms(clean, observed_tensors(graph, nodes), source, n_cal, batch_size, config.threads, progress)
     calibration_seconds = time.perf_counter() - start
-    int8, plan, executed, islands = _lower_without_islands(clean, nodes, histograms, config)
+    int8, plan, executed, islands = _lower_without_islands(clean, graph, nodes, histograms, config)
     _stamp(int8, original, config)
     return QuantizeResult(
         model=int8,
@@ -84,12 +84,12 @@ def quantize_(model_path, calib_path, config: QuantConfig = QuantConfig(), image
     )
 
 
-def _lower_without_islands(clean: onnx.ModelProto, nodes: set[str], histograms: dict, config: QuantConfig):
+def _lower_without_islands(clean: onnx.ModelProto, graph: ir.Model, nodes: set[str], histograms: dict, config: QuantConfig):
     """Lower to Q/DQ, then drop every planned node ORT would still run in float, until none is
     left. Returns the INT8 model, its plan, ORT's executed graph, and the dropped nodes."""
     islands: dict[str, str] = {}
     for _ in range(MAX_ISLAND_ROUNDS):
-        plan = make_plan(ir.serde.deserialize_model(clean), nodes, histograms, config.method, config.percentile)
+        plan = make_plan(graph, nodes, histograms, config.method, config.percentile)
         int8 = ir.serde.serialize_model(passes.lower_to_qdq(ir.serde.deserialize_model(clean), plan))
         executed = coverage.optimized_graph(int8)
         found = coverage.float_islands(executed, plan.nodes)

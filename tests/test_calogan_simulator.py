@@ -13,12 +13,6 @@ from models.calogan.simulate import geometry, simulate
 from quantize.errors import QuantizeError
 
 
-def fit_sampling_fraction(ep_gev):
-    """The 3DGAN fit of sum(cells)/Ep for electrons, as a fraction."""
-    x = np.asarray(ep_gev) / 100
-    return (2.21 - 0.28 * x + 0.11 * x**2 - 0.023 * x**3 + 0.0018 * x**4) / 100
-
-
 @pytest.fixture(scope="module")
 def by_energy():
     geo, rng = geometry(), np.random.default_rng(0)
@@ -36,7 +30,7 @@ def test_detector_matches_the_published_stack():
 def test_sampling_fraction_follows_the_3dgan_fit_within_10_percent(by_energy):
     for energy, showers in by_energy.items():
         measured = showers.sum(axis=(1, 2, 3)).mean() / energy
-        assert measured == pytest.approx(fit_sampling_fraction(energy), rel=0.10), energy
+        assert measured == pytest.approx(detector.sampling_fraction_fit(energy), rel=0.10), energy
 
 
 def test_shower_maximum_deepens_as_log_energy(by_energy):

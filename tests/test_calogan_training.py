@@ -7,7 +7,8 @@ import pytest
 
 pytest.importorskip("tensorflow")
 
-from models.calogan.train import TrainRecipe, sampling_fraction_fit, train  # noqa: E402
+from models.calogan.detector import sampling_fraction_fit  # noqa: E402
+from models.calogan.train import TrainRecipe, train  # noqa: E402
 
 
 def test_training_checkpoints_every_epoch_and_resumes(tmp_path):

@@ -58,6 +58,12 @@ class Layer:
         return seen / (seen + ABSORBER.dedx_mip * ABSORBER.density * self.absorber_mm)
 
 
+def sampling_fraction_fit(ep_gev):
+    """The 3DGAN fit of sum(cells) / Ep for electrons (REFERENCE section 2), as a fraction."""
+    x = np.asarray(ep_gev, np.float64) / 100
+    return (2.21 - 0.28 * x + 0.11 * x**2 - 0.023 * x**3 + 0.0018 * x**4) / 100
+
+
 def layers() -> list[Layer]:
     out, depth = [], 0.0
     for absorber_mm in [THIN_ABSORBER_MM] * THIN_LAYERS + [THICK_ABSORBER_MM] * THICK_LAYERS:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from models.calogan.detector import sampling_fraction_fit
 from models.calogan.network import LATENT, discriminator, generator
 from models.calogan.showers import write_showers
 from physics_metrics.showerfile import open_showers
@@ -34,12 +35,6 @@ class TrainRecipe:
     batch: int = 128
     learning_rate: float = 1e-3
     seed: int = 0
-
-
-def sampling_fraction_fit(ep_gev: np.ndarray) -> np.ndarray:
-    """The 3DGAN fit of sum(cells) / Ep, as a fraction."""
-    x = ep_gev / 100
-    return (2.21 - 0.28 * x + 0.11 * x**2 - 0.023 * x**3 + 0.0018 * x**4) / 100
 
 
 def train(recipe: TrainRecipe = TrainRecipe(), minutes: float = float("inf"), out_dir: Path | None = None, log=print) -> Path:

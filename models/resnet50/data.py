@@ -12,7 +12,6 @@ import numpy as np
 from quantize.errors import QuantizeError
 
 DATASET_DIR = Path("/usr/share/datasets/fashion-mnist")
-CLASSES = ("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag", "Ankle boot")
 # Pixel statistics of the Fashion-MNIST training images, in [0, 1].
 MEAN, STD = 0.2860, 0.3530
 PREPROCESS = {"layout": "NHWC", "color": "RGB", "scale": 1 / 255, "mean": [MEAN] * 3, "std": [STD] * 3}

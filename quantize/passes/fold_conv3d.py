@@ -23,11 +23,7 @@ Only stride 1, dilation 1, group 1 and static D/H/W are lowered; other Conv3Ds s
 import numpy as np
 import onnx_ir as ir
 
-from quantize.passes.rewrite import FusionPass, add_initializer, replace_nodes
-
-
-def _ints(node: ir.Node, name: str, default):
-    return list(node.attributes[name].value) if name in node.attributes else default
+from quantize.passes.rewrite import FusionPass, add_initializer, int_list, replace_nodes, uses_auto_pad
 
 
 class FoldConv3DPass(FusionPass):
@@ -37,15 +33,15 @@ class FoldConv3DPass(FusionPass):
         x = conv.inputs[0]
         if len(conv.inputs[1].const_value.shape) != 5 or x.shape is None or len(x.shape) != 5:
             return None
-        if any(not isinstance(d, int) for d in list(x.shape)[2:]) or "auto_pad" in conv.attributes and conv.attributes["auto_pad"].value not in ("NOTSET", ""):
+        if any(not isinstance(d, int) for d in list(x.shape)[2:]) or uses_auto_pad(conv):
             return None
-        plain = _ints(conv, "strides", [1, 1, 1]) == [1, 1, 1] and _ints(conv, "dilations", [1, 1, 1]) == [1, 1, 1]
+        plain = int_list(conv, "strides", [1, 1, 1]) == [1, 1, 1] and int_list(conv, "dilations", [1, 1, 1]) == [1, 1, 1]
         return True if plain and (conv.attributes["group"].value if "group" in conv.attributes else 1) == 1 else None
 
     def rewrite(self, graph: ir.Graph, conv: ir.Node, _) -> None:
         x, weight = conv.inputs[0], conv.inputs[1].const_value.numpy()
         spatial = list(x.shape)[2:]
-        pads = _ints(conv, "pads", [0] * 6)
+        pads = int_list(conv, "pads", [0] * 6)
         axis = _fold_axis(pads)
         rest = [a for a in range(3) if a != axis]
         # Work in (N, A, R1, R2, C): the folded axis A first, the two 2D-conv axes R1, R2 after.

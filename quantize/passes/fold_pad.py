@@ -6,7 +6,7 @@ ONNX Runtime runs a Q/DQ-wrapped Pad in float; a Conv's own `pads` cost nothing.
 import numpy as np
 import onnx_ir as ir
 
-from quantize.passes.rewrite import FusionPass
+from quantize.passes.rewrite import FusionPass, int_list, uses_auto_pad
 
 
 def _zero_pad(node: ir.Node) -> np.ndarray | None:
@@ -25,7 +25,7 @@ def _zero_pad(node: ir.Node) -> np.ndarray | None:
 
 class FoldPadIntoConvPass(FusionPass):
     def match(self, conv: ir.Node) -> tuple[ir.Node, ir.Node | None, list[int]] | None:
-        if conv.op_type != "Conv" or "auto_pad" in conv.attributes and conv.attributes["auto_pad"].value not in ("NOTSET", ""):
+        if conv.op_type != "Conv" or uses_auto_pad(conv):
             return None
         source = conv.inputs[0].producer()
         transpose, perm = None, None
@@ -45,7 +45,7 @@ class FoldPadIntoConvPass(FusionPass):
     def rewrite(self, graph: ir.Graph, conv: ir.Node, found) -> None:
         pad, transpose, extra = found
         spatial = len(extra) // 2
-        old = list(conv.attributes["pads"].value) if "pads" in conv.attributes else [0] * (2 * spatial)
+        old = int_list(conv, "pads", [0] * (2 * spatial))
         conv.attributes["pads"] = ir.AttrInt64s("pads", [a + b for a, b in zip(old, extra)])
         consumer = transpose or conv
         consumer.replace_input_with(0, pad.inputs[0])

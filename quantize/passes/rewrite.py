@@ -11,6 +11,15 @@ def add_initializer(graph: ir.Graph, name: str, array: np.ndarray) -> ir.Value:
     return value
 
 
+def int_list(node: ir.Node, name: str, default: list[int]) -> list[int]:
+    """An INTS attribute of `node`, or `default` when it is absent."""
+    return list(node.attributes[name].value) if name in node.attributes else default
+
+
+def uses_auto_pad(node: ir.Node) -> bool:
+    return "auto_pad" in node.attributes and node.attributes["auto_pad"].value not in ("NOTSET", "")
+
+
 def replace_nodes(graph: ir.Graph, old: list[ir.Node], new: ir.Node) -> None:
     """Put `new` in place of the chain `old`; it takes over the last node's output and name."""
     last = old[-1].outputs[0]
