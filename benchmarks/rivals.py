@@ -8,32 +8,51 @@ import numpy as np
 import onnx
 
 
-def ort_quantize_static(fp32: onnx.ModelProto, calib: dict[str, np.ndarray], batch: int = 32, activations: str = "uint8") -> onnx.ModelProto:
+def ort_quantize_static(fp32: onnx.ModelProto, calib: dict[str, np.ndarray] | list[dict], batch: int = 32, activations: str = "uint8") -> onnx.ModelProto:
     """ONNX Runtime's quantize_static: QDQ, uint8 activations, per-channel int8 weights, MinMax
-    calibration, after its own quant_pre_process (the settings its docstring gives for VNNI CPUs)."""
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quant_pre_process, quantize_static
+    calibration, after its own quant_pre_process (the settings its docstring gives for VNNI CPUs).
+    `calib` is arrays cut into `batch`-sized feeds, or a list of ready feeds."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
     class Reader(CalibrationDataReader):
         def __init__(self):
+            if isinstance(calib, list):
+                self.batches = iter(calib)
+                return
             n = len(next(iter(calib.values())))
             self.batches = iter([{k: v[i:i + batch] for k, v in calib.items()} for i in range(0, n, batch)])
 
         def get_next(self):
             return next(self.batches, None)
 
-    # Its quant_pre_process leaves sym_shape_infer_temp.onnx and a weights file in the current
-    # directory when symbolic shape inference fails: run it inside the temporary one.
+    return _run_ort_quantizer(fp32, lambda prepared, output: quantize_static(
+        prepared, output, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
+        activation_type=QuantType.QUInt8 if activations == "uint8" else QuantType.QInt8, weight_type=QuantType.QInt8, reduce_range=False))
+
+
+def ort_quantize_dynamic(fp32: onnx.ModelProto) -> onnx.ModelProto:
+    """ONNX Runtime's quantize_dynamic: int8 weights, activations quantized at run time
+    (MatMulInteger / DynamicQuantizeMatMul), after its own quant_pre_process."""
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    return _run_ort_quantizer(fp32, lambda prepared, output: quantize_dynamic(prepared, output, weight_type=QuantType.QInt8, per_channel=False))
+
+
+def _run_ort_quantizer(fp32: onnx.ModelProto, quantize) -> onnx.ModelProto:
+    """quant_pre_process, then `quantize(prepared_path, output_path)`, in a temporary directory:
+    its pre-processing leaves sym_shape_infer_temp.onnx and a weights file in the current
+    directory when symbolic shape inference fails."""
+    from onnxruntime.quantization import quant_pre_process
+
     with tempfile.TemporaryDirectory() as tmp, contextlib.chdir(tmp):
-        source, prepared, output = (Path(tmp) / name for name in ("fp32.onnx", "prep.onnx", "int8.onnx"))
-        onnx.save(fp32, str(source))
+        source, prepared, output = (str(Path(tmp) / name) for name in ("fp32.onnx", "prep.onnx", "int8.onnx"))
+        onnx.save(fp32, source)
         try:
-            quant_pre_process(str(source), str(prepared))
-        except Exception:  # its symbolic shape inference gives up on dynamic spatial dims
-            quant_pre_process(str(source), str(prepared), skip_symbolic_shape=True)
-        quantize_static(str(prepared), str(output), Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-                        activation_type=QuantType.QUInt8 if activations == "uint8" else QuantType.QInt8,
-                        weight_type=QuantType.QInt8, reduce_range=False)
-        return onnx.load(str(output))
+            quant_pre_process(source, prepared)
+        except Exception:  # its symbolic shape inference gives up on dynamic shapes
+            quant_pre_process(source, prepared, skip_symbolic_shape=True)
+        quantize(prepared, output)
+        return onnx.load(output)
 
 
 def tflite_full_int8(keras_model, calib: np.ndarray, batch: int = 32) -> bytes:

@@ -6,7 +6,7 @@
 - `choose_range(histogram, method)` turns a histogram into the range INT8 must cover.
 """
 
-from calibration.collector import collect_histograms
+from calibration.collector import collect_channel_absmax, collect_histograms
 from calibration.data import CalibrationSource, InputSpec, ImagePreprocess, open_calibration
 from calibration.histogram import StreamingHistogram
 from calibration.methods import METHODS, choose_range
@@ -18,6 +18,7 @@ __all__ = [
     "InputSpec",
     "StreamingHistogram",
     "choose_range",
+    "collect_channel_absmax",
     "collect_histograms",
     "open_calibration",
 ]

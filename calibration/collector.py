@@ -7,6 +7,7 @@ is one batch of activations plus `bins` counters per tensor, whatever the sample
 
 from typing import Callable
 
+import numpy as np
 import onnx
 
 from calibration.data import CalibrationSource
@@ -32,9 +33,21 @@ def collect_histograms(
         values = sess.run(tensors, batch)
         for name, value in zip(tensors, values):
             histograms[name].update(value)
-        done += len(next(iter(batch.values())))
+        done += source.samples_in(batch)
         progress(done, num_samples)
     return histograms
+
+
+def collect_channel_absmax(model: onnx.ModelProto, tensors: list[str], source: CalibrationSource, num_samples: int,
+                           batch_size: int = 32, threads: int = 0) -> dict[str, np.ndarray]:
+    """The largest |value| of each channel (last axis) of `tensors`: one vector per tensor."""
+    sess = session(_with_outputs(model, tensors), threads)
+    absmax: dict[str, np.ndarray] = {}
+    for batch in source.batches(0, num_samples, batch_size):
+        for name, value in zip(tensors, sess.run(tensors, batch)):
+            channel = np.abs(value.reshape(-1, value.shape[-1])).max(axis=0)
+            absmax[name] = np.maximum(absmax[name], channel) if name in absmax else channel
+    return absmax
 
 
 def _with_outputs(model: onnx.ModelProto, tensors: list[str]) -> onnx.ModelProto:

@@ -57,11 +57,16 @@ class CalibrationSource:
     inputs: list[InputSpec]
     num_samples: int
     read: callable = field(repr=False)  # (start, stop) -> {name: array}
+    prebatched: bool = False  # each sample is a whole feed of any batch size (sequence models)
 
     def batches(self, start: int, stop: int, batch_size: int) -> Iterator[dict[str, np.ndarray]]:
         stop = min(stop, self.num_samples)
-        for first in range(start, stop, batch_size):
-            yield self._checked(self.read(first, min(first + batch_size, stop)), first)
+        step = 1 if self.prebatched else batch_size
+        for first in range(start, stop, step):
+            yield self._checked(self.read(first, min(first + step, stop)), first)
+
+    def samples_in(self, batch: dict[str, np.ndarray]) -> int:
+        return 1 if self.prebatched else len(next(iter(batch.values())))
 
     def _checked(self, batch: dict[str, np.ndarray], first: int) -> dict[str, np.ndarray]:
         out = {}
@@ -72,7 +77,11 @@ class CalibrationSource:
 
 
 def open_calibration(path, inputs: list[InputSpec], image_preprocess: ImagePreprocess | None = None) -> CalibrationSource:
-    """Open `path` (`.npy`, `.npz`, `.h5`/`.hdf5`, `file.h5:DATASET`, or an image directory)."""
+    """Open `path` (`.npy`, `.npz`, `.h5`/`.hdf5`, `file.h5:DATASET`, or an image directory),
+    or take a list of ready feeds `{input name: array}` whose shapes may differ from feed to
+    feed (decoder steps with a growing cache, sentences of different lengths)."""
+    if isinstance(path, list):
+        return _feeds(path, inputs)
     text = str(path)
     dataset = None
     if not Path(text).exists() and ":" in text:
@@ -93,6 +102,17 @@ def open_calibration(path, inputs: list[InputSpec], image_preprocess: ImagePrepr
     if source.num_samples == 0:
         raise QuantizeError(path, "the calibration set is empty (0 samples)")
     return source
+
+
+def _feeds(feeds: list[dict[str, np.ndarray]], inputs: list[InputSpec]) -> CalibrationSource:
+    where = Path("<calibration feeds>")
+    if not feeds:
+        raise QuantizeError(where, "the calibration set is empty (0 feeds)")
+    for i, feed in enumerate(feeds):
+        missing = [s.name for s in inputs if s.name not in feed]
+        if missing:
+            raise QuantizeError(where, f"feed {i} has no array for model input(s) {', '.join(missing)}")
+    return CalibrationSource(where, inputs, len(feeds), lambda start, stop: feeds[start], prebatched=True)
 
 
 def _single_input(path: Path, inputs: list[InputSpec], what: str) -> InputSpec:

@@ -3,6 +3,7 @@
 from dataclasses import asdict, dataclass
 
 from calibration import METHODS
+from quantize.policy import TRANSFORMER_FP32_OPS
 
 
 @dataclass(frozen=True)
@@ -14,10 +15,20 @@ class QuantConfig:
     batch_size: int = 32
     exclude: tuple[str, ...] = ()  # node names or op types kept in FP32
     threads: int = 0  # ONNX Runtime intra-op threads; 0 = all cores
+    activation_matmuls: bool = True  # also MatMuls of two activations (attention scores, context)
+    smooth_alpha: float | None = None  # move activation outliers into GEMM weights (SmoothQuant)
+
+    @classmethod
+    def transformer(cls, **overrides) -> "QuantConfig":
+        """The transformer recipe: outliers smoothed into the weights, MatMul/Gemm with weights in
+        INT8; attention's activation MatMuls, softmax, LayerNorm, residual Adds and the cache in FP32."""
+        return cls(**{"method": "entropy", "exclude": TRANSFORMER_FP32_OPS, "activation_matmuls": False, "smooth_alpha": 0.8, **overrides})
 
     def __post_init__(self):
         if self.method not in METHODS:
             raise ValueError(f"unknown calibration method {self.method!r}; choose from {', '.join(METHODS)}")
+        if self.smooth_alpha is not None and not 0 <= self.smooth_alpha <= 1:
+            raise ValueError("smooth_alpha must be in [0, 1]")
         if not 0 < self.percentile <= 100:
             raise ValueError("percentile must be in (0, 100]")
         if self.calib_samples < 1 or self.batch_size < 1:

@@ -9,6 +9,8 @@ import importlib
 
 REGISTRY = {
     "resnet50": "models.resnet50.evaluate:Top1Evaluator",
+    "translator-encoder": "models.translator.evaluate:encoder_bleu",
+    "translator-decoder": "models.translator.evaluate:decoder_bleu",
 }
 
 

@@ -13,11 +13,12 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from calibration import ImagePreprocess, InputSpec, collect_histograms, open_calibration
+from calibration import ImagePreprocess, InputSpec, collect_channel_absmax, collect_histograms, open_calibration
 from quantize import coverage, passes
 from quantize.config import QuantConfig
 from quantize.errors import QuantizeError
 from quantize.frontend import load_model
+from quantize.passes.smooth_activations import smoothing_scales, weight_gemm_readers
 from quantize.plan import QuantPlan, make_plan
 from quantize.policy import ABSORBABLE_ACTIVATIONS, RULES, is_float, select_nodes
 from quantize.runtime import session
@@ -51,20 +52,25 @@ class QuantizeResult:
     held_out: list[dict] = field(repr=False, default_factory=list)
 
 
-def quantize_(model_path, calib_path, config: QuantConfig = QuantConfig(), image_preprocess: ImagePreprocess | None = None,
+def quantize_(model_path, calib, config: QuantConfig = QuantConfig(), image_preprocess: ImagePreprocess | None = None,
               progress: Callable[[int, int], None] = lambda done, total: None) -> QuantizeResult:
     original = load_model(model_path)
     clean = ir.serde.serialize_model(passes.cleanup(ir.serde.deserialize_model(original)))
     inputs = input_specs(clean)
-    source = open_calibration(calib_path, inputs, image_preprocess or _recipe_preprocess(original))
+    source = open_calibration(calib, inputs, image_preprocess or _recipe_preprocess(original))
     batch_size, fixed = _batch_size(inputs, config, model_path)
-    n_cal, held_range = _split(source.num_samples, config, batch_size if fixed else 1, calib_path)
+    n_cal, held_range = _split(source.num_samples, config, batch_size if fixed else 1, source.path)
     held_out = list(source.batches(*held_range, batch_size))
     _check_cleanup(original, clean, held_out[0], model_path)
 
     graph = ir.serde.deserialize_model(clean)
-    nodes = select_nodes(graph, config.exclude)
+    nodes = select_nodes(graph, config.exclude, config.activation_matmuls)
     start = time.perf_counter()
+    if config.smooth_alpha is not None:
+        clean, scaling_muls = _smoothed(clean, graph, nodes, source, n_cal, batch_size, config)
+        _check_cleanup(original, clean, held_out[0], model_path)
+        graph = ir.serde.deserialize_model(clean)
+        nodes = select_nodes(graph, config.exclude, config.activation_matmuls) - scaling_muls
     histograms = collect_histograms(clean, observed_tensors(graph, nodes), source, n_cal, batch_size, config.threads, progress)
     calibration_seconds = time.perf_counter() - start
     int8, plan, executed, islands = _lower_without_islands(clean, graph, nodes, histograms, config)
@@ -98,6 +104,16 @@ def _lower_without_islands(clean: onnx.ModelProto, graph: ir.Model, nodes: set[s
         islands.update({name: "ORT ran it in float between Q/DQ (no fusion for this pattern), so it stays FP32" for name in found})
         nodes = nodes - found
     return int8, plan, executed, islands
+
+
+def _smoothed(clean: onnx.ModelProto, graph: ir.Model, nodes: set[str], source, n_cal: int, batch_size: int,
+              config: QuantConfig) -> tuple[onnx.ModelProto, set[str]]:
+    """The clean model with activation outliers moved into the weights of the GEMMs that read
+    them, and the names of the scaling Muls it needed."""
+    inputs = list({n.inputs[0].name: None for n in graph.graph if n.name in nodes and n in weight_gemm_readers(n.inputs[0])})
+    absmax = collect_channel_absmax(clean, inputs, source, n_cal, batch_size, config.threads)
+    smoothing = passes.SmoothActivationsPass(smoothing_scales(graph, absmax, config.smooth_alpha))
+    return ir.serde.serialize_model(smoothing(graph).model), smoothing.inserted
 
 
 def input_specs(model: onnx.ModelProto) -> list[InputSpec]:
@@ -170,7 +186,7 @@ def _recipe_preprocess(model: onnx.ModelProto) -> ImagePreprocess | None:
 
 
 def _stamp(int8: onnx.ModelProto, original: onnx.ModelProto, config: QuantConfig) -> None:
-    kept = {p.key: p.value for p in original.metadata_props if p.key == PREPROCESS_KEY}
+    kept = {p.key: p.value for p in original.metadata_props}
     kept["quantize.recipe"] = json.dumps(config.to_dict())
     kept["quantize.calibration_method"] = config.method
     kept["quantize.version"] = __version__

@@ -52,8 +52,9 @@ def is_float(value: ir.Value | None) -> bool:
     return value is not None and value.dtype == ir.DataType.FLOAT
 
 
-def select_nodes(model: ir.Model, exclude: tuple[str, ...] = ()) -> set[str]:
-    """Names of the nodes the policy would quantize, minus those excluded by name or op type.
+def select_nodes(model: ir.Model, exclude: tuple[str, ...] = (), activation_matmuls: bool = True) -> set[str]:
+    """Names of the nodes the policy would quantize, minus those excluded by name or op type
+    (and, unless `activation_matmuls`, minus MatMuls of two activations such as attention's).
 
     Data-movement ops are only worth running on uint8 next to quantized compute, so they are
     selected only when their data input comes from a selected node.
@@ -66,11 +67,25 @@ def select_nodes(model: ir.Model, exclude: tuple[str, ...] = ()) -> set[str]:
             continue
         if not is_float(node.outputs[0]):
             continue
-        if rule.weight is not None and node.op_type != "MatMul" and not _has_constant(node, rule.weight):
+        if rule.weight is not None and not _has_constant(node, rule.weight) and (node.op_type != "MatMul" or not activation_matmuls):
             continue
         if rule.same_range and not _fed_by(node, chosen):
             continue
         chosen.add(node.name)
+    return _without_dead_end_movement(model, chosen)
+
+
+def _without_dead_end_movement(model: ir.Model, chosen: set[str]) -> set[str]:
+    """Drop data-movement ops no selected node reads from: moving uint8 data only to
+    dequantize it again costs a Q/DQ pair and forces a requantization before it."""
+    movement = [n for n in model.graph if n.name in chosen and RULES[n.op_type].same_range]
+    changed = True
+    while changed:
+        changed = False
+        for node in movement:
+            if node.name in chosen and not any(user.name in chosen for out in node.outputs for user, _ in out.uses()):
+                chosen.discard(node.name)
+                changed = True
     return chosen
 
 
@@ -83,3 +98,8 @@ def _fed_by(node: ir.Node, chosen: set[str]) -> bool:
     if producer is not None and producer.op_type in ABSORBABLE_ACTIVATIONS:
         producer = producer.inputs[0].producer()
     return producer is not None and producer.name in chosen
+
+# The transformer policy's FP32 ops beyond those with no INT8 rule (Softmax, LayerNormalization,
+# Gelu/Erf, ...): the residual-stream Adds and the scaling Muls, whose ranges are set by a few
+# outliers, and the key/value cache Concats (benchmarks/translator.py measures the alternative).
+TRANSFORMER_FP32_OPS = ("Add", "Mul", "Concat")

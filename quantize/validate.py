@@ -20,7 +20,8 @@ def output_sqnr(fp32: onnx.ModelProto, int8: onnx.ModelProto, batches: list[dict
     names = [o.name for o in ref_sess.get_outputs()]
     ref = [ref_sess.run(names, b) for b in batches]
     got = [q_sess.run(names, b) for b in batches]
-    return {name: sqnr_db(np.concatenate([r[i] for r in ref]), np.concatenate([g[i] for g in got])) for i, name in enumerate(names)}
+    # raveled: feeds of a sequence model may differ in shape from batch to batch
+    return {name: sqnr_db(np.concatenate([r[i].ravel() for r in ref]), np.concatenate([g[i].ravel() for g in got])) for i, name in enumerate(names)}
 
 
 def layer_sqnr(fp32: onnx.ModelProto, int8: onnx.ModelProto, clamped: set[str], batch: dict, threads: int = 0) -> dict[str, float]:

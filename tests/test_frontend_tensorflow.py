@@ -8,7 +8,10 @@ import pytest
 
 keras = pytest.importorskip("keras")
 
-from quantize import QuantConfig, quantize_  # noqa: E402
+import onnx_ir as ir  # noqa: E402
+
+from quantize import QuantConfig, passes, quantize_  # noqa: E402
+from quantize.frontend.tensorflow import keras_to_onnx  # noqa: E402
 from quantize.errors import QuantizeError  # noqa: E402
 from quantize.frontend import load_model  # noqa: E402
 from quantize.runtime import session  # noqa: E402
@@ -70,3 +73,19 @@ def test_directory_without_saved_model_is_a_clean_error(tmp_path):
     (tmp_path / "empty_dir").mkdir()
     run = subprocess.run([sys.executable, "-m", "quantize", str(tmp_path / "empty_dir"), "--calib", "x.npy"], capture_output=True, text=True)
     assert run.returncode == 2 and "has no saved_model.pb" in run.stderr and "Traceback" not in run.stderr
+
+
+@pytest.mark.parametrize("shape", [(16,), (5, 16)])  # rank 3 exports its mean as GlobalAveragePool
+def test_keras_layer_norm_becomes_one_layernormalization_node(shape):
+    inputs = keras.Input(shape, name="x")
+    norm = keras.layers.LayerNormalization(epsilon=1e-5)
+    model = keras.Model(inputs, keras.layers.Dense(4)(norm(inputs)))
+    norm.set_weights([np.linspace(0.5, 2, 16, dtype=np.float32), np.linspace(-1, 1, 16, dtype=np.float32)])
+    exported = keras_to_onnx(model)
+    cleaned = ir.serde.serialize_model(passes.cleanup(ir.serde.deserialize_model(exported)))
+    ops = [n.op_type for n in cleaned.graph.node]
+    assert ops.count("LayerNormalization") == 1
+    assert not {"ReduceMean", "GlobalAveragePool", "Sqrt", "Reciprocal"} & set(ops)
+    x = np.random.default_rng(0).normal(3, 2, (8, *shape)).astype(np.float32)
+    expected = np.asarray(model(x))
+    np.testing.assert_allclose(session(cleaned).run(None, {"x": x})[0], expected, rtol=1e-4, atol=1e-4)

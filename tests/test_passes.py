@@ -3,12 +3,14 @@ import onnx
 import onnx_ir as ir
 from onnx import TensorProto, helper, numpy_helper
 
+import tempfile
 from pathlib import Path
 
 from calibration import CalibrationSource, collect_histograms
 from conftest import conv_net, images
 from quantize.pipeline import input_specs
-from quantize import passes
+from quantize import QuantConfig, passes, quantize_
+from quantize.passes.smooth_activations import smoothing_scales
 from quantize.plan import QuantPlan
 from quantize.runtime import session
 
@@ -182,3 +184,50 @@ def test_zero_pad_through_a_layout_transpose_folds_into_the_conv():
     assert _ops(model) == ["Transpose", "Conv"]
     x = rng.normal(size=(2, 5, 6, 3)).astype(np.float32)
     np.testing.assert_allclose(_run(model, x), _run(original, x), rtol=1e-5, atol=1e-5)
+
+
+def _outlier_net(residual: bool) -> onnx.ModelProto:
+    """x (N,16) -> LayerNorm with two huge channels -> MatMul W -> y (and the LN output h as a
+    second model output when `residual`: another reader of h)."""
+    rng = np.random.default_rng(3)
+    gamma = np.ones(16, np.float32)
+    gamma[[3, 11]] = 40.0
+    nodes = [helper.make_node("LayerNormalization", ["x", "gamma", "beta"], ["h"], axis=-1, name="norm"),
+             helper.make_node("MatMul", ["h", "w"], ["p"], name="proj")]
+    nodes.append(helper.make_node("Identity", ["p"], ["y"], name="out"))
+    w = rng.normal(0, 0.3, (16, 16)).astype(np.float32)
+    w[[3, 11]] *= 0.01  # as in trained transformers, the outlier channels barely reach the output
+    inits = [numpy_helper.from_array(gamma, "gamma"), numpy_helper.from_array(np.zeros(16, np.float32), "beta"),
+             numpy_helper.from_array(w, "w")]
+    outputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", 16]) for n in (("y", "h") if residual else ("y",))]
+    graph = helper.make_graph(nodes, "outliers", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])], outputs, inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_smoothing_folds_into_a_layernorm_read_only_by_gemms_and_keeps_the_function():
+    original = _outlier_net(residual=False)
+    model = ir.serde.deserialize_model(original)
+    x = np.random.default_rng(0).normal(0, 1, (32, 16)).astype(np.float32)
+    absmax = {"h": np.array([1.0] * 3 + [40.0] + [1.0] * 7 + [40.0] + [1.0] * 4)}
+    scales = smoothing_scales(model, absmax, alpha=0.8)
+    assert scales["h"][3] > 10 * scales["h"][0]
+    smoothed = passes.SmoothActivationsPass(scales)(model).model
+    assert "Mul" not in _ops(smoothed)  # folded into gamma and beta
+    np.testing.assert_allclose(_run(smoothed, x), _run(original, x), rtol=1e-4, atol=1e-4)
+
+
+def test_smoothing_adds_a_mul_when_the_activation_has_other_readers_and_improves_int8():
+    original = _outlier_net(residual=True)
+    rng = np.random.default_rng(1)
+    feeds = [{"x": rng.normal(0, 1, (32, 16)).astype(np.float32)} for _ in range(10)]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "m.onnx"
+        onnx.save(original, str(path))
+        plain = quantize_(path, feeds, QuantConfig.transformer(smooth_alpha=None, exclude=()))
+        smooth = quantize_(path, feeds, QuantConfig.transformer(smooth_alpha=0.8, exclude=()))
+    assert "h_smooth" in {n.name for n in smooth.fp32_model.graph.node}  # the output h stays unscaled
+    x = feeds[-1]["x"]
+    np.testing.assert_allclose(session(smooth.fp32_model).run(None, {"x": x})[0], _run(original, x), rtol=1e-4, atol=1e-3)
+    assert smooth.output_sqnr_db["y"] > plain.output_sqnr_db["y"] + 3

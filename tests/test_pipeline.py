@@ -3,9 +3,11 @@ import json
 import numpy as np
 import onnx
 import pytest
+from onnx import TensorProto, helper
 
 from conftest import conv_net, images, mixed_ops_net, token_net
 from quantize import QuantConfig, quantize_
+from quantize.errors import QuantizeError
 from quantize.coverage import INTEGER_OPS, MOVEMENT_OPS, optimized_graph
 from quantize.policy import RULES, OpRule
 from quantize.runtime import session
@@ -111,8 +113,50 @@ def test_token_model_with_integer_ids_mask_and_sequence_matmuls(tmp_path):
     rng = np.random.default_rng(0)
     np.savez(tmp_path / "c.npz", ids=rng.integers(0, 100, (100, 12)), mask=(rng.random((100, 12)) > 0.2).astype(np.float32))
     result = quantize_(tmp_path / "tokens.onnx", tmp_path / "c.npz", QuantConfig())
-    assert result.kernels["int8"] == {"QLinearAdd": 1, "QLinearMatMul": 2, "QLinearMul": 1}  # the bias Add too
+    # the bias Add too; the last MatMul feeds the FP32 Softmax, so it keeps a float output
+    assert result.kernels["int8"] == {"QLinearAdd": 1, "QLinearMatMul": 1, "MatMulIntegerToFloat": 1, "QLinearMul": 1}
+    assert "o_QuantizeLinear" not in {n.name for n in result.model.graph.node}
     assert result.kernels["float"] == {"Softmax": 1}
     decisions = {d.name: d for d in result.decisions}
     assert decisions["relu"].reason == "folded into the uint8 clamp"
     assert min(result.output_sqnr_db.values()) > 25
+
+
+def attention_net(width: int = 16) -> onnx.ModelProto:
+    """x (N,S,D): scores = (x Wq)(x Wk)^T -> Softmax -> context = scores x -> (context Wo) + x."""
+    rng = np.random.default_rng(1)
+    nodes = [
+        helper.make_node("MatMul", ["x", "wq"], ["q"], name="query"),
+        helper.make_node("MatMul", ["x", "wk"], ["k"], name="key"),
+        helper.make_node("Transpose", ["k"], ["kt"], perm=[0, 2, 1], name="key_t"),
+        helper.make_node("MatMul", ["q", "kt"], ["s"], name="scores"),
+        helper.make_node("Softmax", ["s"], ["p"], axis=-1, name="softmax"),
+        helper.make_node("MatMul", ["p", "x"], ["c"], name="context"),
+        helper.make_node("MatMul", ["c", "wo"], ["o"], name="out"),
+        helper.make_node("Add", ["o", "x"], ["y"], name="residual"),
+    ]
+    inits = [onnx.numpy_helper.from_array(rng.normal(0, 0.3, (width, width)).astype(np.float32), n) for n in ("wq", "wk", "wo")]
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "S", width])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", "S", width])
+    model = helper.make_model(helper.make_graph(nodes, "attention", [x], [y], inits), opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_transformer_recipe_quantizes_weight_matmuls_only_and_takes_feeds_of_any_length(tmp_path):
+    onnx.save(attention_net(), str(tmp_path / "attention.onnx"))
+    rng = np.random.default_rng(0)
+    feeds = [{"x": rng.normal(0, 1, (2, length, 16)).astype(np.float32)} for length in (3, 7, 12, 5, 9, 4)]
+    result = quantize_(tmp_path / "attention.onnx", feeds, QuantConfig.transformer())
+    precision = {d.name: d.precision for d in result.decisions}
+    assert {n: precision[n] for n in ("query", "key", "out")} == {"query": "int8", "key": "int8", "out": "int8"}
+    assert {n: precision[n] for n in ("scores", "context", "residual", "key_t")} == dict.fromkeys(("scores", "context", "residual", "key_t"), "fp32")
+    assert result.kernels["int8"] == {"MatMulIntegerToFloat": 3}  # integer GEMMs with float outputs: no requantization
+    assert min(result.output_sqnr_db.values()) > 25
+    assert result.calibration_samples + 1 == len(feeds)  # one feed held out for the SQNR
+
+
+def test_an_empty_list_of_feeds_is_a_clean_error(tmp_path):
+    onnx.save(attention_net(), str(tmp_path / "attention.onnx"))
+    with pytest.raises(QuantizeError, match="empty"):
+        quantize_(tmp_path / "attention.onnx", [], QuantConfig.transformer())

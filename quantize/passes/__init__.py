@@ -1,7 +1,7 @@
 """Graph rewrites, each an onnx-ir pass: FP32 clean-up first, then lowering to Q/DQ.
 
-    cleanup(model)          shape inference, constant folding, BatchNorm folding, MatMul+bias ->
-                            Gemm, zero Pads into Convs, Conv3D -> 2D Conv, Transpose merging,
+    cleanup(model)          shape inference, constant folding, BatchNorm folding, decomposed
+                            LayerNorm -> LayerNormalization, MatMul+bias -> Gemm, zero Pads into Convs, Conv3D -> 2D Conv, Transpose merging,
                             dead nodes
     lower_to_qdq(model, p)  carry out a QuantPlan: absorb Relus, insert Q/DQ pairs
 """
@@ -14,12 +14,14 @@ from quantize.passes.fold_batchnorm import FoldBatchNormPass
 from quantize.passes.fold_constants import FoldConstantsPass
 from quantize.passes.fold_conv3d import FoldConv3DPass
 from quantize.passes.fold_pad import FoldPadIntoConvPass
+from quantize.passes.fuse_layernorm import FuseLayerNormPass
 from quantize.passes.fuse_matmul_add import FuseMatMulAddPass
 from quantize.passes.insert_qdq import InsertQDQPass
 from quantize.passes.merge_transposes import MergeTransposesPass
+from quantize.passes.smooth_activations import SmoothActivationsPass
 from quantize.plan import QuantPlan
 
-__all__ = ["AbsorbActivationPass", "FoldBatchNormPass", "FoldConstantsPass", "FoldConv3DPass", "FoldPadIntoConvPass", "FuseMatMulAddPass", "InsertQDQPass", "MergeTransposesPass",
+__all__ = ["AbsorbActivationPass", "FoldBatchNormPass", "FoldConstantsPass", "FoldConv3DPass", "FoldPadIntoConvPass", "FuseLayerNormPass", "FuseMatMulAddPass", "InsertQDQPass", "MergeTransposesPass", "SmoothActivationsPass",
            "cleanup", "lower_to_qdq"]
 
 
@@ -33,7 +35,8 @@ def cleanup(model: ir.Model) -> ir.Model:
             common.RemoveUnusedNodesPass(),
             FoldConstantsPass(),
             FoldBatchNormPass(),
-            common.ShapeInferencePass(),  # the Gemm fusion needs input ranks
+            common.ShapeInferencePass(),  # the Gemm and LayerNorm fusions need input ranks
+            FuseLayerNormPass(),
             FuseMatMulAddPass(),
             FoldPadIntoConvPass(),
             common.ShapeInferencePass(),  # the Conv3D folding needs the shapes the Pad folding changed

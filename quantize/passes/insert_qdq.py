@@ -13,8 +13,8 @@ from quantize.plan import QuantPlan
 from quantize.policy import RULES, is_float
 from quantize.qparams import activation_qparams, quantize_bias, quantize_constant, quantize_weight
 
-# ORT fuses these with a float output (QGemm, MatMulIntegerToFloat): a graph output after them
-# stays float, with no requantization.
+# ORT fuses these with a float output (QGemm, MatMulIntegerToFloat): when no quantized op reads
+# their output (a graph output, an FP32 op next), it stays float, with no requantization.
 FLOAT_OUTPUT_FUSIONS = {"Gemm", "MatMul"}
 
 
@@ -34,9 +34,11 @@ class InsertQDQPass(ir.passes.InPlacePass):
             for out in node.outputs:
                 if not is_float(out) or out.name not in self.plan.ranges:
                     continue
+                if node.op_type in FLOAT_OUTPUT_FUSIONS and not self._read_quantized(out):
+                    continue  # no requantization: ORT runs it as an integer GEMM with a float output
                 if not out.is_graph_output():
                     self._route_through_qdq(graph, out)
-                elif node.op_type not in FLOAT_OUTPUT_FUSIONS:
+                else:
                     self._quantize_graph_output(graph, out)
         return ir.passes.PassResult(model, modified=bool(planned))
 
@@ -65,6 +67,10 @@ class InsertQDQPass(ir.passes.InPlacePass):
             elif index in rule.activations and rule.constant_operands and is_float(value) and value.const_value is not None:
                 q, scale, zero_point = quantize_constant(value.const_value.numpy())
                 node.replace_input_with(index, self._dequantize_constant(graph, f"{node.name}_operand{index}", q, scale, zero_point, None, value))
+
+    def _read_quantized(self, value: ir.Value) -> bool:
+        """Does a planned node read `value` as a quantized activation?"""
+        return any(user.name in self.plan.nodes and index in RULES[user.op_type].activations for user, index in value.uses())
 
     def _route_through_qdq(self, graph: ir.Graph, value: ir.Value) -> None:
         dequantized = self._qdq(graph, value)

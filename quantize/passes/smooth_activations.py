@@ -1,0 +1,109 @@
+"""Move activation outliers into the weights before quantization (SmoothQuant, Xiao et al. 2023).
+
+Transformers carry a few activation channels far larger than the rest (LayerNorm outputs,
+GELU outputs); one uint8 scale per tensor then leaves the ordinary channels a handful of
+levels. For an input X of weight GEMMs X.W, dividing channel j of X by s_j and multiplying
+row j of every W by s_j computes the same function, and with
+s_j = max|X_j|^alpha / max|W_j|^(1 - alpha) both sides become easy to quantize: the weights
+are per-channel anyway.
+
+Where X comes from a LayerNormalization read only by those GEMMs, 1/s is folded into its
+gamma and beta (free); otherwise one FP32 Mul by 1/s feeds the GEMMs, and any other reader
+of X keeps the unscaled tensor.
+"""
+
+import numpy as np
+import onnx_ir as ir
+
+from quantize.passes.rewrite import add_initializer
+
+OUTLIER_RATIO = 3.0  # a channel this many times the median channel's range is an outlier
+
+
+def weight_gemm_readers(value: ir.Value) -> list[ir.Node]:
+    """MatMul/Gemm nodes that read `value` as their input A against a constant weight B."""
+    readers = []
+    for user, index in value.uses():
+        transposed_a = user.op_type == "Gemm" and "transA" in user.attributes and user.attributes["transA"].value
+        weight = user.inputs[1] if len(user.inputs) > 1 else None
+        if user.op_type in ("MatMul", "Gemm") and index == 0 and not transposed_a and weight is not None and weight.const_value is not None \
+                and len(weight.const_value.shape) == 2:
+            readers.append(user)
+    return readers
+
+
+def weight_rows(gemm: ir.Node) -> np.ndarray:
+    """The weight as (input channels, output channels)."""
+    w = gemm.inputs[1].const_value.numpy()
+    transposed = gemm.op_type == "Gemm" and "transB" in gemm.attributes and gemm.attributes["transB"].value
+    return w.T if transposed else w
+
+
+def smoothing_scales(model: ir.Model, activation_absmax: dict[str, np.ndarray], alpha: float) -> dict[str, np.ndarray]:
+    """s per channel for every tensor in `activation_absmax` that weight GEMMs read and that has
+    outlier channels (without them, smoothing only makes the weights harder to quantize)."""
+    values = {v.name: v for node in model.graph for v in node.outputs}
+    values.update({v.name: v for v in model.graph.inputs})
+    scales = {}
+    for name, a in activation_absmax.items():
+        readers = weight_gemm_readers(values[name]) if name in values else []
+        if not readers or a.max() < OUTLIER_RATIO * np.median(a):
+            continue
+        w = np.max([np.abs(weight_rows(g)).max(axis=1) for g in readers], axis=0)
+        s = np.where((a > 0) & (w > 0), a ** alpha / np.maximum(w, 1e-12) ** (1 - alpha), 1.0)
+        scales[name] = np.clip(s, 1e-4, 1e4).astype(np.float32)
+    return scales
+
+
+class SmoothActivationsPass(ir.passes.InPlacePass):
+    def __init__(self, scales: dict[str, np.ndarray]):
+        super().__init__()
+        self.scales = scales
+        self.inserted: set[str] = set()  # the scaling Muls: FP32 by construction, never quantized
+
+    def call(self, model: ir.Model) -> ir.passes.PassResult:
+        graph = model.graph
+        values = {v.name: v for node in graph for v in node.outputs}
+        values.update({v.name: v for v in graph.inputs})
+        for name, s in self.scales.items():
+            value = values[name]
+            readers = weight_gemm_readers(value)
+            for gemm in readers:
+                self._scale_weight_rows(graph, gemm, s)
+            if not self._fold_into_layernorm(graph, value, readers, s):
+                self._insert_mul(graph, value, readers, s)
+        return ir.passes.PassResult(model, modified=bool(self.scales))
+
+    @staticmethod
+    def _scale_weight_rows(graph: ir.Graph, gemm: ir.Node, s: np.ndarray) -> None:
+        w = gemm.inputs[1].const_value.numpy()
+        transposed = gemm.op_type == "Gemm" and "transB" in gemm.attributes and gemm.attributes["transB"].value
+        scaled = w * s[None, :] if transposed else w * s[:, None]
+        gemm.replace_input_with(1, add_initializer(graph, f"{gemm.name}_smoothed_weight", scaled.astype(w.dtype)))
+
+    @staticmethod
+    def _fold_into_layernorm(graph: ir.Graph, value: ir.Value, readers: list[ir.Node], s: np.ndarray) -> bool:
+        norm = value.producer()
+        if norm is None or norm.op_type != "LayerNormalization" or value.is_graph_output() or len(norm.inputs) < 3 \
+                or {id(u) for u, _ in value.uses()} != {id(r) for r in readers}:
+            return False
+        gamma, beta = norm.inputs[1].const_value, norm.inputs[2].const_value
+        if gamma is None or beta is None:
+            return False
+        norm.replace_input_with(1, add_initializer(graph, f"{norm.name}_smoothed_gamma", (gamma.numpy() / s).astype(np.float32)))
+        norm.replace_input_with(2, add_initializer(graph, f"{norm.name}_smoothed_beta", (beta.numpy() / s).astype(np.float32)))
+        return True
+
+    def _insert_mul(self, graph: ir.Graph, value: ir.Value, readers: list[ir.Node], s: np.ndarray) -> None:
+        inverse = add_initializer(graph, f"{value.name}_smoothing", (1 / s).astype(np.float32))
+        mul = ir.Node("", "Mul", [value, inverse], name=f"{value.name}_smooth")
+        mul.outputs[0].name = f"{value.name}_smoothed"
+        mul.outputs[0].type, mul.outputs[0].shape = value.type, value.shape
+        producer = value.producer()
+        if producer is None:
+            graph.insert_before(graph.node(0), mul)
+        else:
+            graph.insert_after(producer, mul)
+        for gemm in readers:
+            gemm.replace_input_with(0, mul.outputs[0])
+        self.inserted.add(mul.name)
