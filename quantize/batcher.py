@@ -1,7 +1,7 @@
 """Bin-packing parallel batcher for variable-length work (any model with a length axis).
 
 Requests are sorted by length and packed into batches under a token budget (batch size x
-longest member), so a batch holds requests of similar length and little padding. N streams
+longest member) and a padding cap, so a batch holds requests of similar length. N streams
 each pin themselves to their own cores, build their own inference instance there (ONNX
 Runtime's intra-op threads inherit the creating thread's affinity) and take batches from one
 queue, longest first, so no core idles while another still has a long batch. Results come
@@ -22,22 +22,26 @@ RunBatch = Callable[[list], list]  # a batch of requests -> their results, same 
 class BatcherConfig:
     token_budget: int = 2048  # batch size x longest request, padding included
     max_batch: int = 128
+    max_padding: float = 0.1  # share of padded positions a batch may hold
     streams: int = 1
     cores_per_stream: int | None = None  # default: the available cores split evenly
 
 
-def pack(lengths: Sequence[int], token_budget: int, max_batch: int) -> list[list[int]]:
-    """Indices grouped into batches of similar length, longest batches first."""
+def pack(lengths: Sequence[int], token_budget: int, max_batch: int, max_padding: float = 0.1) -> list[list[int]]:
+    """Indices grouped into batches of similar length, longest batches first: a batch closes
+    when the next request would break the token budget, the batch size or the padding share."""
     if any(n < 1 for n in lengths):
         raise ValueError("every request needs a length >= 1")
     order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    batches, current = [], []
+    batches, current, tokens = [], [], 0
     for i in order:
-        longest = lengths[current[0]] if current else lengths[i]
-        if current and ((len(current) + 1) * longest > token_budget or len(current) == max_batch):
-            batches.append(current)
-            current = []
+        if current:
+            padded = (len(current) + 1) * lengths[current[0]]
+            if padded > token_budget or len(current) == max_batch or 1 - (tokens + lengths[i]) / padded > max_padding:
+                batches.append(current)
+                current, tokens = [], 0
         current.append(i)
+        tokens += lengths[i]
     return batches + [current] if current else batches
 
 
@@ -103,5 +107,5 @@ def run_batches(requests: Sequence[Any], batches: list[list[int]], make_runner: 
 def run_packed(requests: Sequence[Any], lengths: Sequence[int], make_runner: Callable[[int], RunBatch],
                config: BatcherConfig = BatcherConfig(), progress: Callable[[int, int], None] = lambda done, total: None) -> list:
     """Pack `requests` by `lengths` under the budget and run them on the configured streams."""
-    batches = pack(lengths, config.token_budget, config.max_batch)
+    batches = pack(lengths, config.token_budget, config.max_batch, config.max_padding)
     return run_batches(requests, batches, make_runner, config.streams, config.cores_per_stream, progress)

@@ -39,11 +39,12 @@ def float_islands(graph: onnx.GraphProto, planned: set[str]) -> set[str]:
     producer = {out: node for node in graph.node for out in node.output}
     islands = set()
     for node in graph.node:
-        if node.name not in planned or node.op_type in INTEGER_OPS | BOUNDARY_OPS:
+        origin = next((n for n in (node.name, node.name.rsplit("/", 1)[0]) if n in planned), None)  # ORT renames what it fuses: "<name>/MatMulAddFusion"
+        if origin is None or node.op_type in INTEGER_OPS | BOUNDARY_OPS:
             continue
         fed = [producer.get(i) for i in node.input if i]
         if any(p is not None and p.op_type == "DequantizeLinear" for p in fed):
-            islands.add(node.name)
+            islands.add(origin)
     return islands
 
 

@@ -10,15 +10,17 @@ def test_packing_respects_the_token_budget_and_covers_every_request_once():
     batches = pack(lengths, token_budget=512, max_batch=64)
     assert sorted(i for b in batches for i in b) == list(range(500))
     for b in batches:
+        longest = max(lengths[i] for i in b)
         assert len(b) <= 64
-        assert len(b) == 1 or len(b) * max(lengths[i] for i in b) <= 512
+        assert len(b) == 1 or len(b) * longest <= 512
+        assert 1 - sum(lengths[i] for i in b) / (len(b) * longest) <= 0.1
 
 
 def test_packing_by_length_pads_far_less_than_arrival_order():
     lengths = list(np.random.default_rng(1).integers(1, 60, size=1000))
     packed = pack(lengths, token_budget=1024, max_batch=128)
     arrival = [list(range(i, min(i + 32, 1000))) for i in range(0, 1000, 32)]
-    assert padding_fraction(lengths, packed) < 0.05
+    assert padding_fraction(lengths, packed) <= 0.1
     assert padding_fraction(lengths, arrival) > 0.4
 
 

@@ -75,12 +75,12 @@ def test_directory_without_saved_model_is_a_clean_error(tmp_path):
     assert run.returncode == 2 and "has no saved_model.pb" in run.stderr and "Traceback" not in run.stderr
 
 
-@pytest.mark.parametrize("shape", [(16,), (5, 16)])  # rank 3 exports its mean as GlobalAveragePool
-def test_keras_layer_norm_becomes_one_layernormalization_node(shape):
+@pytest.mark.parametrize("shape,beta", [((16,), 1.0), ((5, 16), 1.0), ((16,), 0.0)])  # rank 3: mean as GlobalAveragePool; beta 0: no Add
+def test_keras_layer_norm_becomes_one_layernormalization_node(shape, beta):
     inputs = keras.Input(shape, name="x")
     norm = keras.layers.LayerNormalization(epsilon=1e-5)
     model = keras.Model(inputs, keras.layers.Dense(4)(norm(inputs)))
-    norm.set_weights([np.linspace(0.5, 2, 16, dtype=np.float32), np.linspace(-1, 1, 16, dtype=np.float32)])
+    norm.set_weights([np.linspace(0.5, 2, 16, dtype=np.float32), beta * np.linspace(-1, 1, 16, dtype=np.float32)])
     exported = keras_to_onnx(model)
     cleaned = ir.serde.serialize_model(passes.cleanup(ir.serde.deserialize_model(exported)))
     ops = [n.op_type for n in cleaned.graph.node]

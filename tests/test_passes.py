@@ -231,3 +231,27 @@ def test_smoothing_adds_a_mul_when_the_activation_has_other_readers_and_improves
     x = feeds[-1]["x"]
     np.testing.assert_allclose(session(smooth.fp32_model).run(None, {"x": x})[0], _run(original, x), rtol=1e-4, atol=1e-3)
     assert smooth.output_sqnr_db["y"] > plain.output_sqnr_db["y"] + 3
+
+
+def test_a_lone_weight_matmul_becomes_a_gemm_so_ort_cannot_fold_it_into_a_float_residual_gemm():
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["p"], name="proj"), helper.make_node("Add", ["p", "x"], ["y"], name="residual")]
+    graph = helper.make_graph(nodes, "lone", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])],
+                              [numpy_helper.from_array(rng.normal(0, 1, (8, 8)).astype(np.float32), "w")])
+    original = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    original.ir_version = 8
+    cleaned = passes.cleanup(ir.serde.deserialize_model(original))
+    assert _ops(cleaned) == ["Gemm", "Add"]
+    x = rng.normal(0, 1, (4, 8)).astype(np.float32)
+    np.testing.assert_allclose(_run(cleaned, x), _run(original, x), rtol=1e-5, atol=1e-5)
+
+
+def test_a_planned_node_that_ort_fused_and_renamed_is_still_found_in_float():
+    from quantize.coverage import float_islands
+
+    nodes = [helper.make_node("DequantizeLinear", ["q", "s", "z"], ["d"], name="dq"),
+             helper.make_node("Gemm", ["d", "w", "r"], ["y"], name="proj/MatMulAddFusion")]
+    graph = helper.make_graph(nodes, "g", [], [])
+    assert float_islands(graph, {"proj"}) == {"proj"}
+    assert float_islands(graph, {"other"}) == set()

@@ -23,7 +23,7 @@ def main() -> int:
     b = sub.add_parser("build", help="corpus, tokenizer, training (resumes) and ONNX export into the cache")
     b.add_argument("--minutes", type=float, default=float("inf"), help="training budget for this run")
     q = sub.add_parser("quantize", help="INT8 encoder and decoder, calibrated on dev-split sentences")
-    q.add_argument("--method", default="entropy")
+    q.add_argument("--method", default=QuantConfig.transformer().method)
     q.add_argument("--report", type=Path, metavar="DIR", help="write encoder/decoder validation reports (BLEU FP32 vs INT8, per-layer SQNR)")
     t = sub.add_parser("translate", help="translate lines of English")
     t.add_argument("input", nargs="?", default="-", help="a UTF-8 text file, one sentence per line (default stdin)")

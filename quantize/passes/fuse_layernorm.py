@@ -5,7 +5,7 @@ tf2onnx exports Keras' LayerNormalization as thirteen elementwise nodes:
     mean = ReduceMean(x)          (GlobalAveragePool on a rank-3 x)
     d = x - mean;  var = ReduceMean(d * d)
     scale = gamma / sqrt(var + eps)
-    y = x * scale + (beta + (-mean) * scale)
+    y = x * scale + (beta + (-mean) * scale)     (the beta Add is absent when beta is 0)
 
 ONNX Runtime pays per node, and in a decoder step there is little compute to hide it behind;
 one LayerNormalization kernel does the same in a single pass. It also keeps the sensitive
@@ -52,14 +52,17 @@ class FuseLayerNormPass(FusionPass):
         if eps is None or gamma is None or x_scaled is None or shift_scaled is None or len(scale_users) != 2:
             return None
         add_beta = _only_user(shift_scaled.outputs[0], "Add")
-        beta = add_beta and _other_constant(add_beta, shift_scaled.outputs[0])
-        final = add_beta and _only_user(add_beta.outputs[0], "Add")
-        if beta is None or final is None or set(final.inputs) != {x_scaled.outputs[0], add_beta.outputs[0]}:
-            return None
+        if add_beta is not None and set(add_beta.inputs) == {x_scaled.outputs[0], shift_scaled.outputs[0]}:
+            add_beta, beta, final = None, np.zeros_like(gamma), add_beta  # beta = 0: the exporter dropped its Add
+        else:
+            beta = add_beta and _other_constant(add_beta, shift_scaled.outputs[0])
+            final = add_beta and _only_user(add_beta.outputs[0], "Add")
+            if beta is None or final is None or set(final.inputs) != {x_scaled.outputs[0], add_beta.outputs[0]}:
+                return None
         width = x.shape[-1]
         if not isinstance(width, int) or gamma.size != width or beta.size != width or len(mean.outputs[0].uses()) != 2:
             return None
-        nodes = [mean, neg, sub, square, variance, add_eps, sqrt, reciprocal, scale, x_scaled, shift_scaled, add_beta, final]
+        nodes = [n for n in (mean, neg, sub, square, variance, add_eps, sqrt, reciprocal, scale, x_scaled, shift_scaled, add_beta, final) if n is not None]
         if any(v.is_graph_output() for n in nodes[:-1] for v in n.outputs):
             return None
         return nodes, float(eps.reshape(-1)[0]), gamma.reshape(-1), beta.reshape(-1)
