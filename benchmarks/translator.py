@@ -13,6 +13,7 @@ import os
 import statistics
 import time
 
+import numpy as np
 import onnx
 import sacrebleu
 
@@ -59,6 +60,7 @@ def main() -> None:
     per_s = {key: len(english) / statistics.median(s) for key, s in seconds.items()}
     best = {name: max(settings, key=lambda s: per_s[(name, s)]) for name in variants}
     bleu = {name: sacrebleu.corpus_bleu(translations[name], references).score for name in variants}
+    identical = {name: sum(a == b for a, b in zip(translations[name], translations["fp32"])) / len(english) for name in variants}
 
     budget, streams, cap = best["ours"]
     packed = pack(lengths, budget, MAX_BATCH, cap)
@@ -80,6 +82,8 @@ def main() -> None:
         "bleu_fp32": bleu["fp32"],
         "bleu_int8": bleu["ours"],
         "bleu_drop_relative_pct": 100 * (bleu["fp32"] - bleu["ours"]) / bleu["fp32"],
+        "bleu_int8_minus_fp32_95pct_interval": _paired_bootstrap(translations["ours"], translations["fp32"], references[0]),
+        "translations_identical_to_fp32": identical,
         "batcher_speedup_vs_arrival_order": batcher["ours"],
         "batcher_speedup_vs_arrival_order_fp32": batcher["fp32"],
         "padding_fraction": padding_fraction(lengths, packed),
@@ -96,6 +100,18 @@ def main() -> None:
     }
     write_results("translator", data, _markdown(data))
     print(_markdown(data))
+
+
+def _paired_bootstrap(hypotheses: list[str], baseline: list[str], references: list[str], samples: int = 300) -> list[float]:
+    """95 % interval of BLEU(hypotheses) - BLEU(baseline) over resampled test sets: how small a
+    difference this test set can resolve."""
+    rng = np.random.default_rng(0)
+    diffs = []
+    for _ in range(samples):
+        idx = rng.integers(0, len(references), len(references))
+        refs = [[references[i] for i in idx]]
+        diffs.append(sacrebleu.corpus_bleu([hypotheses[i] for i in idx], refs).score - sacrebleu.corpus_bleu([baseline[i] for i in idx], refs).score)
+    return [float(v) for v in np.percentile(diffs, [2.5, 97.5])]
 
 
 def _rival(base: TranslatorFiles, suffix: str, quantize) -> TranslatorFiles:
@@ -126,7 +142,9 @@ def _markdown(d: dict) -> str:
         *rows,
         "",
         f"INT8 (ours) {d['int8_speedup']:.2f}x FP32 at each one's best setting ({d['int8_speedup_same_setting']:.2f}x at the same setting); "
-        f"BLEU {d['bleu_fp32']:.2f} -> {d['bleu_int8']:.2f} ({d['bleu_drop_relative_pct']:+.2f} % relative drop).",
+        f"BLEU {d['bleu_fp32']:.2f} -> {d['bleu_int8']:.2f} ({d['bleu_drop_relative_pct']:+.2f} % relative drop; the test set resolves "
+        f"differences outside [{d['bleu_int8_minus_fp32_95pct_interval'][0]:+.2f}, {d['bleu_int8_minus_fp32_95pct_interval'][1]:+.2f}] BLEU); "
+        f"{100 * d['translations_identical_to_fp32']['ours']:.1f} % of INT8 translations identical to FP32's.",
         f"Batcher vs arrival-order batches of {d['setup']['arrival_batch']}: {d['batcher_speedup_vs_arrival_order']:.2f}x (INT8), "
         f"{d['batcher_speedup_vs_arrival_order_fp32']:.2f}x (FP32); source padding {100 * d['padding_fraction']:.1f} % vs "
         f"{100 * d['padding_fraction_arrival_order']:.1f} %.",
