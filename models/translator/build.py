@@ -5,7 +5,7 @@
 sentences from the dev split and writes `encoder.int8.onnx` and `decoder.int8.onnx`.
 """
 
-from models.translator.corpus import read_split
+from models.translator.corpus import build_corpus, read_split
 from models.translator.evaluate import calibration_feeds
 from models.translator.network import SMALL
 from models.translator.train import build_model, prepare, train
@@ -29,8 +29,6 @@ def build(minutes: float = float("inf"), log=print) -> TranslatorFiles:
 
 
 def calibration_sentences() -> list[str]:
-    from models.translator.corpus import build_corpus
-
     return [p.english for p in read_split(build_corpus(), "dev")[:CALIBRATION_SENTENCES]]
 
 

@@ -5,7 +5,7 @@ import dataclasses
 import numpy as np
 import sacrebleu
 
-from models.translator.corpus import Pair
+from models.translator.corpus import Pair, build_corpus, read_split
 from models.translator.translate import Translator, TranslatorFiles, default_folder
 from quantize.batcher import BatcherConfig, run_packed
 
@@ -47,8 +47,6 @@ class BleuEvaluator:
     higher_is_better = True
 
     def __init__(self, graph: str, files: TranslatorFiles | None = None, pairs: list[Pair] | None = None):
-        from models.translator.corpus import build_corpus, read_split
-
         self.graph, self.name = graph, f"translator-{graph}"
         self.files = files or TranslatorFiles.in_folder(default_folder())
         self.pairs = pairs if pairs is not None else read_split(build_corpus(), "test")

@@ -39,7 +39,7 @@ class Translator:
         self.tokenizer = load_tokenizer(files.tokenizer)
         self.beam = beam
         self.past_names = [i.name for i in self.decoder.get_inputs() if i.name.startswith("past_")]
-        _, self.heads, _, self.depth = self.decoder.get_inputs()[[i.name for i in self.decoder.get_inputs()].index("past_key_0")].shape
+        _, self.heads, _, self.depth = {i.name: i.shape for i in self.decoder.get_inputs()}["past_key_0"]
         self.max_len = int(self.decoder.get_modelmeta().custom_metadata_map["max_len"])
         self.truncated = 0
         self.observe = lambda graph, feed: None  # sees every feed (used to record calibration data)
