@@ -19,13 +19,12 @@ import sacrebleu
 
 from benchmarks.results import write_results
 from benchmarks.rivals import ort_quantize_dynamic, ort_quantize_static
-from models.translator.build import calibration_sentences, quantize_translator
+from models.translator.build import calibration_sentences, map_graphs, quantize_translator
 from models.translator.corpus import build_corpus, read_split
 from models.translator.evaluate import calibration_feeds
 from models.translator.translate import Translator, TranslatorFiles, default_folder
 from quantize.batcher import pack, padding_fraction, run_batches
 from quantize.config import QuantConfig
-from quantize.modelio import save_model
 from quantize.runtime import cpu_isa
 
 ROUNDS = 3
@@ -43,8 +42,8 @@ def main() -> None:
     variants = {
         "fp32": base,
         "ours": quantize_translator(base, QuantConfig.transformer(), feeds)[0],
-        "ort_dynamic": _rival(base, "ort-dynamic", lambda m, g: ort_quantize_dynamic(m)),
-        "ort_static": _rival(base, "ort-static", lambda m, g: ort_quantize_static(m, feeds[g])),
+        "ort_dynamic": map_graphs(base, ".ort-dynamic", lambda graph, path: ort_quantize_dynamic(onnx.load(path))),
+        "ort_static": map_graphs(base, ".ort-static", lambda graph, path: ort_quantize_static(onnx.load(path), feeds[graph])),
     }
     lengths = Translator(base, threads=1).token_lengths(english)
     streams_options = sorted({1, len(os.sched_getaffinity(0))})
@@ -112,13 +111,6 @@ def _paired_bootstrap(hypotheses: list[str], baseline: list[str], references: li
         refs = [[references[i] for i in idx]]
         diffs.append(sacrebleu.corpus_bleu([hypotheses[i] for i in idx], refs).score - sacrebleu.corpus_bleu([baseline[i] for i in idx], refs).score)
     return [float(v) for v in np.percentile(diffs, [2.5, 97.5])]
-
-
-def _rival(base: TranslatorFiles, suffix: str, quantize) -> TranslatorFiles:
-    files = TranslatorFiles(base.encoder.with_suffix(f".{suffix}.onnx"), base.decoder.with_suffix(f".{suffix}.onnx"), base.tokenizer)
-    for graph, source, target in (("encoder", base.encoder, files.encoder), ("decoder", base.decoder, files.decoder)):
-        save_model(quantize(onnx.load(source), graph), target)
-    return files
 
 
 def _timed(english: list[str], batches: list[list[int]], files: TranslatorFiles, streams: int) -> tuple[float, list[str]]:

@@ -5,6 +5,8 @@
 sentences from the dev split and writes `encoder.int8.onnx` and `decoder.int8.onnx`.
 """
 
+from pathlib import Path
+
 from models.translator.corpus import build_corpus, read_split
 from models.translator.evaluate import calibration_feeds
 from models.translator.network import SMALL
@@ -36,9 +38,19 @@ def quantize_translator(files: TranslatorFiles, config: QuantConfig, feeds: dict
                         suffix: str = ".int8") -> tuple[TranslatorFiles, dict[str, QuantizeResult]]:
     """Both graphs quantized with `config`, calibrated on dev-split sentences (or `feeds`)."""
     feeds = feeds or calibration_feeds(files, calibration_sentences())
-    int8 = TranslatorFiles(files.encoder.with_suffix(f"{suffix}.onnx"), files.decoder.with_suffix(f"{suffix}.onnx"), files.tokenizer)
     results = {}
-    for graph, source, target in (("encoder", files.encoder, int8.encoder), ("decoder", files.decoder, int8.decoder)):
+
+    def quantize(graph: str, source: Path):
         results[graph] = quantize_(source, feeds[graph], config)
-        save_model(results[graph].model, target)
-    return int8, results
+        return results[graph].model
+
+    return map_graphs(files, suffix, quantize), results
+
+
+def map_graphs(files: TranslatorFiles, suffix: str, transform) -> TranslatorFiles:
+    """`transform(graph name, path) -> ModelProto` applied to the encoder and the decoder, saved
+    beside them as encoder`suffix`.onnx and decoder`suffix`.onnx."""
+    out = TranslatorFiles(files.encoder.with_suffix(f"{suffix}.onnx"), files.decoder.with_suffix(f"{suffix}.onnx"), files.tokenizer)
+    for graph in ("encoder", "decoder"):
+        save_model(transform(graph, getattr(files, graph)), getattr(out, graph))
+    return out

@@ -39,6 +39,7 @@ class Translator:
         self.tokenizer = load_tokenizer(files.tokenizer)
         self.beam = beam
         self.past_names = [i.name for i in self.decoder.get_inputs() if i.name.startswith("past_")]
+        self.context_names = [o.name for o in self.encoder.get_outputs()]  # cross keys/values, source bias
         _, self.heads, _, self.depth = {i.name: i.shape for i in self.decoder.get_inputs()}["past_key_0"]
         self.max_len = int(self.decoder.get_modelmeta().custom_metadata_map["max_len"])
         self.truncated = 0
@@ -56,8 +57,7 @@ class Translator:
         ids = self.tokenizer.encode([texts[i] for i in live])
         self.truncated += sum(len(x) >= self.max_len for x in ids)
         source = _padded([x[:self.max_len - 1] + [EOS] for x in ids])
-        names = [o.name for o in self.encoder.get_outputs()]
-        context = dict(zip(names, self._run("encoder", {"source": source})))
+        context = dict(zip(self.context_names, self._run("encoder", {"source": source})))
         limits = np.minimum((source != PAD).sum(1) * 3 // 2 + 10, self.max_len - 1)
         search = self._greedy if self.beam == 1 else self._beam
         for i, tokens in zip(live, search(context, limits)):
