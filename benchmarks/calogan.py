@@ -1,124 +1,114 @@
 """`python -m benchmarks.calogan`: the 3DGAN generator, FP32 vs INT8 (ours, ORT quantize_static,
-TFLite), batch 64, 2 threads: speed, and the physics of every INT8 generator against FP32.
+TFLite), batch 64, 2 threads: speed, and the physics of every generator against the simulation
+and against FP32.
 
 The generator's weights are the cached training (`python -m models.calogan train`) when there
-is one, else seeded random weights; the JSON says which. Every model gets the same latents
-(noise x Ep/100, Ep uniform in 10-500 GeV), so INT8-vs-FP32 differences are quantization
-alone; `physics_metrics.compare` measures them per energy bin. FP32 is ONNX Runtime on the
-model as exported; every INT8 model uses the same 512 calibration latents.
+is one, else seeded random weights; the JSON says which. Every generator gets the same latents
+(noise x Ep/100, 448 per energy bin), so INT8-vs-FP32 differences are quantization alone; the
+simulator gives the reference showers at the same energies. Ours is the generator quantized per
+energy range (8 ranges of equal energy ratio over 2-500 GeV, see models/calogan/generate.py);
+ours as one model, ORT and TFLite use the same 512 calibration latents of 10-500 GeV. Besides
+the JSON and Markdown, the run writes the core's validation report (of the one-model INT8) with
+the physics section of every generator and its plots (benchmarks/results/calogan_report.html).
 """
 
-import json
 import tempfile
 from pathlib import Path
 
-import h5py
 import numpy as np
+import onnx
 
-from benchmarks.results import write_results
+from benchmarks.results import RESULTS, write_results
 from benchmarks.rivals import TFLiteRunner, ort_quantize_static, tflite_full_int8
-from physics_metrics import compare, open_showers
-from quantize import QuantConfig, quantize_
+from models.calogan.evaluate import PhysicsEvaluator
+from models.calogan.generate import CELL_SCALE, energy_edges, int8_config, latents, onnx_source, quantize_by_energy, trained_generator
+from models.calogan.network import LATENT
+from physics_metrics.report import max_sf_shift, worst_separation
+from quantize import quantize_
+from quantize import report as core_report
 from quantize.bench import compare as compare_speed
-from quantize.cache import cache_dir
 from quantize.coverage import kernel_counts, optimized_graph
 from quantize.frontend.tensorflow import keras_to_onnx
-from quantize.runtime import cpu_isa, run_batches, session
+from quantize.runtime import cpu_isa, session
 
-BATCH, THREADS = 64, 2
-SHOWERS = 47 * BATCH  # whole batches: the TFLite interpreter is sized for one batch shape
-ENERGY_BINS = (50, 100, 200, 300, 400)
-NAMES = {"fp32": "ORT FP32 (as exported)", "int8": "quantize INT8", "ort_quantize_static": "ORT quantize_static INT8", "tflite_int8": "TFLite full-int8"}
-
-
-def _generator():
-    import keras
-
-    from models.calogan.network import generator
-
-    keras.utils.set_random_seed(0)
-    model = generator()
-    trained = cache_dir("calogan") / "generator.weights.h5"
-    if trained.exists():
-        model.load_weights(trained)
-        epochs = json.loads((trained.parent / "state.json").read_text())["epoch"]
-        return model, f"trained, {epochs} epochs"
-    return model, "random (keras seed 0)"
+BATCH, THREADS, PER_BIN, RANGES = 64, 2, 448, 8  # 7 bins x 448 = 49 whole batches (TFLite is sized for one batch shape)
+OURS, ORT_STATIC, TFLITE = f"INT8 (quantize, {RANGES} energy ranges)", "ORT quantize_static INT8", "TFLite full-int8"
+KEYS = {PhysicsEvaluator.FP32: "fp32", OURS: "int8", PhysicsEvaluator.INT8: "int8_one_model", ORT_STATIC: "ort_quantize_static",
+        TFLITE: "tflite_int8"}
 
 
-def _latents(count: int, seed: int):
-    from models.calogan.network import LATENT
-
-    rng = np.random.default_rng(seed)
-    energies = rng.uniform(10, 500, count)
-    return (rng.normal(size=(count, LATENT)) * (energies / 100)[:, None]).astype(np.float32), energies
-
-
-def _write(path: Path, cells_x100: np.ndarray, energies: np.ndarray) -> Path:
-    with h5py.File(path, "w") as f:
-        f["ECAL"] = cells_x100[..., 0] / 100  # back to GeV
-        f["energy"] = energies
-    return path
+def _tflite_source(runner: TFLiteRunner):
+    return lambda z, energies: np.concatenate([runner.run(z[i:i + BATCH]) for i in range(0, len(z), BATCH)])[..., 0] / CELL_SCALE
 
 
 def main() -> None:
-    model, weights = _generator()
+    model, weights = trained_generator()
     fp32 = keras_to_onnx(model)
-    calib, _ = _latents(512, seed=1)
-    latents, energies = _latents(SHOWERS, seed=2)
+    calib = latents(np.random.default_rng(1).uniform(10, 500, 512), seed=2)
     with tempfile.TemporaryDirectory() as tmp:
-        tmp = Path(tmp)
-        np.save(tmp / "latents.npy", calib)
-        (tmp / "generator.onnx").write_bytes(fp32.SerializeToString())
-        # The output layer stays FP32: uint8 cannot hold cell energies spanning six decades, and
-        # this 2x2x2 convolution is 0.3 % of the generator's multiply-adds.
-        output_conv = [n.name for n in fp32.graph.node if n.op_type == "Conv"][-1]
-        ours = quantize_(tmp / "generator.onnx", tmp / "latents.npy", QuantConfig(threads=THREADS, exclude=(output_conv,)))
-        ort_static = ort_quantize_static(fp32, {"latent": calib})
-        tflite = tflite_full_int8(model, calib)
-        onnx_models = {"fp32": fp32, "int8": ours.model, "ort_quantize_static": ort_static}
-        runner = TFLiteRunner(tflite, (BATCH, latents.shape[1]), THREADS)
-        showers = {name: run_batches(session(m, THREADS), {"latent": latents}, BATCH)[0] for name, m in onnx_models.items()}
-        showers["tflite_int8"] = np.concatenate([runner.run(latents[i:i + BATCH]) for i in range(0, SHOWERS, BATCH)])
-        files = {name: _write(tmp / f"{name}.h5", s, energies) for name, s in showers.items()}
-        physics = {name: compare(open_showers(files["fp32"]), open_showers(files[name]), ENERGY_BINS, half_width=25.0).to_dict()
-                   for name in ("int8", "ort_quantize_static", "tflite_int8")}
+        np.save(Path(tmp) / "latents.npy", calib)
+        onnx.save(fp32, Path(tmp) / "generator.onnx")
+        one_model = quantize_(Path(tmp) / "generator.onnx", Path(tmp) / "latents.npy", int8_config(fp32, THREADS))
+        by_energy = quantize_by_energy(Path(tmp) / "generator.onnx", energy_edges(RANGES), threads=THREADS)
+    ort_static = ort_quantize_static(fp32, {"latent": calib})
+    tflite = TFLiteRunner(tflite_full_int8(model, calib), (BATCH, LATENT), THREADS)
+    evaluator = PhysicsEvaluator(per_bin=PER_BIN, threads=THREADS,
+                                 extra={OURS: by_energy.source(THREADS), ORT_STATIC: onnx_source(ort_static, THREADS),
+                                        TFLITE: _tflite_source(tflite)})
+    report = core_report.evaluate(core_report.summarize(one_model), one_model, evaluator)
+    RESULTS.mkdir(exist_ok=True)
+    core_report.write(report, RESULTS / "calogan_report.html")
+    physics = report["sections"][0]["data"]
 
-        feeds = {"latent": latents[:BATCH]}
-        sessions = {name: session(m, THREADS) for name, m in onnx_models.items()}
-        calls = {name: (lambda s=s: s.run(None, feeds)) for name, s in sessions.items()}
-        calls["tflite_int8"] = lambda: runner.run(latents[:BATCH])
-        speed = compare_speed(calls, BATCH, min_seconds=8.0)
+    rows = slice(len(evaluator.energies) // 2, len(evaluator.energies) // 2 + BATCH)  # one batch of one energy bin
+    z, energies = evaluator.latents[rows], evaluator.energies[rows]
+    sessions = {"fp32": session(fp32, THREADS), "int8_one_model": session(one_model.model, THREADS),
+                "ort_quantize_static": session(ort_static, THREADS)}
+    calls = {name: (lambda s=s: s.run(None, {"latent": z})) for name, s in sessions.items()}
+    ours = by_energy.source(THREADS)
+    calls["int8"] = lambda: ours(z, energies)
+    calls["tflite_int8"] = lambda: tflite.run(z)
+    speed = compare_speed(calls, BATCH, min_seconds=8.0)
 
-    def worst(name):
-        return max(physics[name]["max_separation"].values())
-
-    def sf_shift(name):
-        return max(abs(b["sampling_fraction_shift"]) for b in physics[name]["bins"])
-
+    vs_fp32 = {KEYS[label]: c for label, c in physics["vs_baseline"].items()}
+    vs_sim = {KEYS[label]: c for label, c in physics["vs_reference"].items()}
+    features = list(vs_fp32["int8"]["max_separation"])
+    tflite_closer = [f for f in features if vs_fp32["tflite_int8"]["max_separation"][f] < vs_fp32["int8"]["max_separation"][f]]
     result = {
-        "machine": cpu_isa(), "threads": THREADS, "batch": BATCH, "weights": weights, "showers_compared": SHOWERS,
+        "machine": cpu_isa(), "threads": THREADS, "batch": BATCH, "weights": weights, "showers_compared": len(evaluator.energies),
         **{f"{name}_throughput": s["throughput"] for name, s in speed.items()},
         "int8_over_fp32": speed["int8"]["throughput"] / speed["fp32"]["throughput"],
-        "max_separation_power_int8_vs_fp32": worst("int8"),
-        "max_separation_power_ort_quantize_static_vs_fp32": worst("ort_quantize_static"),
-        "max_separation_power_tflite_vs_fp32": worst("tflite_int8"),
-        "max_sampling_fraction_shift_vs_fp32": {name: sf_shift(name) for name in physics},
-        "physics_vs_fp32": {name: {"max_separation": p["max_separation"], "combined_3dgan": p["combined_3dgan"]} for name, p in physics.items()},
+        **{f"max_separation_power_{name}_vs_fp32": worst_separation(c)[1] for name, c in vs_fp32.items()},
+        "max_sampling_fraction_shift_vs_fp32": {name: max_sf_shift(c) for name, c in vs_fp32.items()},
+        "features_where_tflite_is_closer_to_fp32_than_ours": tflite_closer,
+        "vs_fp32": {name: {"max_separation": c["max_separation"], "combined_3dgan": c["combined_3dgan"]} for name, c in vs_fp32.items()},
+        "vs_simulation": {name: {"max_separation": c["max_separation"], "combined_3dgan": c["combined_3dgan"],
+                                 "max_sampling_fraction_shift": max_sf_shift(c)} for name, c in vs_sim.items()},
         "speed": speed,
-        "ort_kernels": {"int8": ours.kernels, "ort_quantize_static": kernel_counts(optimized_graph(ort_static))},
+        "energy_range_edges_gev": by_energy.edges.tolist(),
+        "ort_kernels": {"int8": one_model.kernels, "ort_quantize_static": kernel_counts(optimized_graph(ort_static))},
     }
-    lines = [f"# 3DGAN generator ({weights} weights): {result['machine']['cpu']}, {THREADS} threads, batch {BATCH}", "",
-             "| model | showers/s | x FP32 | max separation vs FP32 | max SF shift vs FP32 |", "|---|---|---|---|---|"]
-    for key, label in NAMES.items():
-        s = speed[key]["throughput"]
-        physics_cells = "- | -" if key == "fp32" else f"{worst(key):.4f} | {100 * sf_shift(key):.2f} %"
-        lines.append(f"| {label} | {s:.1f} | {s / speed['fp32']['throughput']:.2f} | {physics_cells} |")
-    lines += ["", f"Separation powers over {len(ENERGY_BINS)} energy bins of +-25 GeV, {SHOWERS} paired showers; "
-              "with random weights they measure quantization fidelity, not physics.", ""]
-    markdown = "\n".join(lines)
-    write_results("calogan", result, markdown)
-    print(markdown)
+    write_results("calogan", result, _markdown(result))
+    print(_markdown(result))
+
+
+def _markdown(r: dict) -> str:
+    fp32 = r["fp32_throughput"]
+    lines = [f"# 3DGAN generator ({r['weights']}): {r['machine']['cpu']}, {r['threads']} threads, batch {r['batch']}", "",
+             "| model | showers/s | x FP32 | max separation vs FP32 | max SF shift vs FP32 | 3DGAN metric vs simulation | max SF shift vs simulation |",
+             "|---|---|---|---|---|---|---|"]
+    for label, key in KEYS.items():
+        sim = r["vs_simulation"][key]
+        versus_fp32 = "- | -" if key == "fp32" else \
+            f"{r[f'max_separation_power_{key}_vs_fp32']:.4f} | {100 * r['max_sampling_fraction_shift_vs_fp32'][key]:.2f} %"
+        lines.append(f"| {label} | {r[f'{key}_throughput']:.1f} | {r[f'{key}_throughput'] / fp32:.2f} | {versus_fp32} | "
+                     f"{sim['combined_3dgan']:.3f} | {100 * sim['max_sampling_fraction_shift']:.2f} % |")
+    closer = ", ".join(r["features_where_tflite_is_closer_to_fp32_than_ours"]) or "none"
+    lines += ["", f"{r['showers_compared']} showers, 7 energy bins of +-5 GeV (10-490 GeV), the same latents for every generator. "
+              f"Ours: one INT8 model per energy range, edges {', '.join(f'{e:.0f}' for e in r['energy_range_edges_gev'])} GeV "
+              "(same kernels as one model). "
+              f"Features where TFLite INT8 is closer to FP32 than ours: {closer}. Plots: calogan_report.html.", ""]
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

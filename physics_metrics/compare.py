@@ -105,6 +105,8 @@ def compare(reference: ShowerFile, generated: ShowerFile, centres=DEFAULT_BINS_G
             "sampling_fraction_shift": gen.mean("sampling_fraction") / ref.mean("sampling_fraction") - 1,
             "separation": separation,
             "profiles": {a: {"reference": shapes[a][0].tolist(), "generated": shapes[a][1].tolist()} for a in AXES},
+            "histograms": {name: {"reference": ref.histograms[name].tolist(), "generated": gen.histograms[name].tolist()}
+                           for name in ref.histograms},
             "combined_3dgan": moment_error + profile_error,
         })
     features = rows[0]["separation"].keys() if rows else []

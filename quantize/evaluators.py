@@ -11,6 +11,7 @@ REGISTRY = {
     "resnet50": "models.resnet50.evaluate:Top1Evaluator",
     "translator-encoder": "models.translator.evaluate:encoder_bleu",
     "translator-decoder": "models.translator.evaluate:decoder_bleu",
+    "calogan": "models.calogan.evaluate:PhysicsEvaluator",
 }
 
 

@@ -1,7 +1,9 @@
 """The validation report: what INT8 lost and gained, as a dict, a JSON file and one HTML page.
 
 `summarize` needs only the quantization result; `evaluate` adds a task metric (top-1, BLEU,
-physics) through an evaluator from `quantize.evaluators`, and throughput FP32 vs INT8.
+physics) through an evaluator from `quantize.evaluators`, and throughput FP32 vs INT8. An
+evaluator with a `sections(fp32_model, int8_model)` method adds its own sections (title, data
+for the JSON, html for the page), e.g. the calorimeter GAN's physics plots.
 """
 
 import html
@@ -44,6 +46,8 @@ def evaluate(summary: dict, result: QuantizeResult, evaluator=None, seconds: flo
         before, after = evaluator.evaluate(result.fp32_model), evaluator.evaluate(result.model)
         drop = before - after if evaluator.higher_is_better else after - before
         report["metric"] = {"evaluator": evaluator.name, "name": evaluator.metric, "fp32": before, "int8": after, "drop": drop}
+        if hasattr(evaluator, "sections"):
+            report["sections"] = evaluator.sections(result.fp32_model, result.model)
     return report
 
 
@@ -51,7 +55,8 @@ def write(report: dict, html_path: Path) -> Path:
     """Write `html_path` and the same data as JSON beside it; returns the JSON path."""
     html_path = Path(html_path)
     json_path = html_path.with_suffix(".json")
-    write_text(json_path, json.dumps(report, indent=2, default=float))
+    data = dict(report, sections=[{k: v for k, v in section.items() if k != "html"} for section in report.get("sections", [])])
+    write_text(json_path, json.dumps(data, indent=2, default=float))
     write_text(html_path, _html(report))
     return json_path
 
@@ -78,6 +83,7 @@ def _html(r: dict) -> str:
         f"<tr><td>{e(name)}</td><td>{db:.1f}</td><td><div class=bar style='width:{max(0.0, min(db, top)) / top * 300:.0f}px'></div></td></tr>"
         for name, db in layers)
     isa = r.get("isa", {})
+    sections = "".join(f"<h2>{e(section['title'])}</h2>{section['html']}" for section in r.get("sections", []))
     return f"""<!doctype html><html><head><meta charset=utf-8><title>quantize report</title><style>
 body{{font-family:system-ui,sans-serif;margin:2em;max-width:70em}} table{{border-collapse:collapse;margin:1em 0}}
 td,th{{border:1px solid #ccc;padding:.25em .6em;text-align:left}} .bar{{background:#4a7;height:.8em}}
@@ -89,6 +95,7 @@ td,th{{border:1px solid #ccc;padding:.25em .6em;text-align:left}} .bar{{backgrou
 <h2>INT8 coverage by op type</h2><table><tr><th>op</th><th>INT8</th><th>FP32</th></tr>{coverage}</table>
 <h2>Nodes left in FP32, and why</h2><table><tr><th>node</th><th>op</th><th>reason</th></tr>{fp32_nodes or '<tr><td colspan=3>none</td></tr>'}</table>
 <h2>Kernels ONNX Runtime executes</h2><table>{kernels}</table>
+{sections}
 <h2>Per-layer SQNR (dB, worst first)</h2><table><tr><th>tensor</th><th>dB</th><th></th></tr>{layer_rows}</table>
 </body></html>
 """

@@ -78,3 +78,18 @@ def test_cli_reports_and_rejects_bad_files(files, tmp_path):
     (tmp_path / "junk.h5").write_bytes(b"not hdf5")
     run = subprocess.run([sys.executable, "-m", "physics_metrics", str(a), str(tmp_path / "junk.h5")], capture_output=True, text=True)
     assert run.returncode == 2 and "junk.h5: not a readable HDF5" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_physics_report_compares_every_candidate_with_the_reference_and_the_baseline(files):
+    from physics_metrics.report import compact, physics_html, physics_report
+
+    root, a, b = files
+    doubled = _modified(root, a, "doubled_report.h5", lambda e: 2 * e)
+    report = physics_report(open_showers(b), {"FP32": open_showers(a), "INT8": open_showers(a), "bad": open_showers(doubled)},
+                            baseline="FP32", bins=(100,))
+    assert set(report["vs_reference"]) == {"FP32", "INT8", "bad"} and set(report["vs_baseline"]) == {"INT8", "bad"}
+    assert max(report["vs_baseline"]["INT8"]["max_separation"].values()) == 0.0  # identical showers
+    assert report["vs_baseline"]["bad"]["bins"][0]["sampling_fraction_shift"] == pytest.approx(1.0)
+    page = physics_html(report)
+    assert page.count("<img src='data:image/png;base64,") == 5 and "Against FP32 on the same latents" in page
+    assert "histograms" not in str(compact(report)) and "histograms" in str(report)

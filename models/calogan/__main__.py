@@ -17,12 +17,13 @@ def main() -> int:
     sim.add_argument("--seed", type=int, default=0)
     sim.add_argument("--energy", type=float, nargs=2, default=(2.0, 500.0), metavar=("MIN", "MAX"), help="GeV (default 2 500)")
     fit = sub.add_parser("train", help="train the 3DGAN on simulated showers; resumes from the cache")
-    fit.add_argument("--minutes", type=float, default=float("inf"), help="stop at the first epoch end past this budget")
+    fit.add_argument("--minutes", type=float, default=float("inf"), help="time budget; the step reached is saved and resumed")
     fit.add_argument("--epochs", type=int, default=TrainRecipe.epochs)
     fit.add_argument("--showers", type=int, default=TrainRecipe.showers)
+    fit.add_argument("--batch", type=int, default=TrainRecipe.batch, help="default %(default)s (published)")
     args = parser.parse_args()
     if args.command == "train":
-        train(TrainRecipe(showers=args.showers, epochs=args.epochs), minutes=args.minutes)
+        train(TrainRecipe(showers=args.showers, epochs=args.epochs, batch=args.batch), minutes=args.minutes)
         return 0
     if args.showers < 1 or not 0 < args.energy[0] <= args.energy[1]:
         print("python -m models.calogan: error: need --showers >= 1 and 0 < MIN <= MAX", file=sys.stderr)

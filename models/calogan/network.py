@@ -2,6 +2,8 @@
 
 Generator: latent (200,) already multiplied by Ep/100 -> shower (25, 25, 25, 1), cells x 100.
 Discriminator: shower -> (real/fake probability, Ep/100 estimate, sum of the cells).
+The outputs and heads compute in float32 whatever the global policy, so that training in
+mixed bfloat16 sums 15,625 cells and takes losses at full precision.
 """
 
 import keras
@@ -25,7 +27,7 @@ def generator() -> keras.Model:
     x = layers.Conv3D(6, (3, 3, 8), kernel_initializer="he_uniform", name="conv3")(x)
     x = layers.LeakyReLU(0.3, name="lrelu3")(x)
     x = layers.Conv3D(1, (2, 2, 2), use_bias=False, kernel_initializer="glorot_normal", name="conv4")(x)
-    return keras.Model(latent, layers.ReLU(name="shower")(x), name="generator")
+    return keras.Model(latent, layers.ReLU(dtype="float32", name="shower")(x), name="generator")
 
 
 @keras.saving.register_keras_serializable(package="quantize")
@@ -45,6 +47,6 @@ def discriminator() -> keras.Model:
         x = layers.Conv3D(8, 5, name=f"conv{i}")(x)
         x = layers.Dropout(0.2)(layers.BatchNormalization()(layers.LeakyReLU(0.3)(x)))
     x = layers.Flatten()(layers.AveragePooling3D(2)(x))
-    real = layers.Dense(1, activation="sigmoid", name="real")(x)
-    energy = layers.Dense(1, name="energy")(x)
-    return keras.Model(shower, [real, energy, CellSum(name="cell_sum")(shower)], name="discriminator")
+    real = layers.Dense(1, activation="sigmoid", dtype="float32", name="real")(x)
+    energy = layers.Dense(1, dtype="float32", name="energy")(x)
+    return keras.Model(shower, [real, energy, CellSum(dtype="float32", name="cell_sum")(shower)], name="discriminator")

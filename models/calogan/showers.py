@@ -16,10 +16,14 @@ CHUNK = 250
 
 
 def write_showers(path, count: int, seed: int = 0, energy_range: tuple[float, float] = (2.0, 500.0), workers: int | None = None) -> Path:
-    """Simulate `count` showers with energies uniform in `energy_range` (GeV) into `path`,
-    atomically, in chunks across `workers` processes. The same seed gives the same file."""
-    path = Path(path)
-    energies = np.random.default_rng(seed).uniform(*energy_range, count)
+    """Simulate `count` showers with energies uniform in `energy_range` (GeV) into `path`."""
+    return write_showers_at(path, np.random.default_rng(seed).uniform(*energy_range, count), seed, workers)
+
+
+def write_showers_at(path, energies: np.ndarray, seed: int = 0, workers: int | None = None) -> Path:
+    """Simulate one shower per primary energy (GeV) into `path`, atomically, in chunks across
+    `workers` processes. The same energies and seed give the same file."""
+    path, count = Path(path), len(energies)
     chunks = [(energies[i:i + CHUNK], seed, i) for i in range(0, count, CHUNK)]
     tmp = path.with_name(f".{path.name}.tmp")
     try:
