@@ -6,7 +6,8 @@ The generator's weights are the cached training (`python -m models.calogan train
 is one, else seeded random weights; the JSON says which. Every generator gets the same latents
 (noise x Ep/100, 448 per energy bin), so INT8-vs-FP32 differences are quantization alone; the
 simulator gives the reference showers at the same energies. Ours is the generator quantized per
-energy range (8 ranges of equal energy ratio over 2-500 GeV, see models/calogan/generate.py);
+energy range (8 ranges of equal energy ratio over the trained 10-500 GeV, see
+models/calogan/generate.py);
 ours as one model, ORT and TFLite use the same 512 calibration latents of 10-500 GeV. Besides
 the JSON and Markdown, the run writes the core's validation report (of the one-model INT8) with
 the physics section of every generator and its plots (benchmarks/results/calogan_report.html).

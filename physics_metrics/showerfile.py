@@ -8,6 +8,7 @@ from typing import Iterator
 import h5py
 import numpy as np
 
+from quantize.atomic import atomic_path
 from quantize.errors import QuantizeError
 
 SHAPE = (25, 25, 25)
@@ -55,3 +56,13 @@ def open_showers(path) -> ShowerFile:
     if bad.any():
         raise QuantizeError(path, f"primary energy of shower {int(np.argmax(bad))} is {energies[bad][0]}: must be a positive number")
     return ShowerFile(path, ecal, energies)
+
+
+def write_shower_file(path, ecal: np.ndarray, energies: np.ndarray) -> Path:
+    """Showers (N, 25, 25, 25) GeV in the 3DGAN layout (`target[:, 0]` = 11, an electron), atomically."""
+    path = Path(path)
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+        f.create_dataset("ECAL", data=ecal.astype(np.float32), chunks=(min(250, max(len(ecal), 1)), *SHAPE), compression="lzf")
+        f["target"] = np.stack([np.full(len(energies), 11.0), energies], axis=1)
+        f["energy"] = energies
+    return path

@@ -53,3 +53,24 @@ def test_energy_range_models_route_each_shower_to_the_model_of_its_range(tmp_pat
     mixed = ranges.source()(z, energies)
     np.testing.assert_array_equal(mixed[[0, 2]], onnx_source(ranges.models[0])(z[[0, 2]], energies[[0, 2]]))
     np.testing.assert_array_equal(mixed[[1, 3]], onnx_source(ranges.models[1])(z[[1, 3]], energies[[1, 3]]))
+
+
+def test_output_bias_correction_restores_the_mean_energy_of_fp32(tmp_path):
+    from models.calogan.generate import correct_output_bias
+
+    keras.utils.set_random_seed(0)
+    fp32 = keras_to_onnx(generator())
+    onnx.save(fp32, tmp_path / "g.onnx")
+    z = latents(np.random.default_rng(0).uniform(50, 100, 128), seed=1)
+    config = int8_config(fp32)
+    int8 = quantize_(tmp_path / "g.onnx", [{"latent": z[:64]}, {"latent": z[64:]}], config).model
+    corrected = correct_output_bias(fp32, int8, config.exclude[0], z)
+
+    def energy(model):
+        return onnx_source(model)(z, None).sum()
+
+    target, before, after = energy(fp32), energy(int8), energy(corrected)
+    assert before > target * 1.001  # rectified rounding noise adds energy
+    assert abs(after / target - 1) < 0.1 * abs(before / target - 1)
+    bias = next(i for i in corrected.graph.initializer if i.name.endswith("_bias_correction"))
+    assert onnx.numpy_helper.to_array(bias)[0] < 0

@@ -8,12 +8,12 @@ FP32 are quantization alone. Extra generators (e.g. a rival's INT8) can be set b
 
 import tempfile
 from pathlib import Path
-import h5py
 import numpy as np
 
 from models.calogan.generate import ShowerSource, latents, onnx_source
 from models.calogan.showers import write_showers_at
 from physics_metrics import open_showers
+from physics_metrics.showerfile import write_shower_file
 from physics_metrics.compare import DEFAULT_BINS_GEV, HALF_WIDTH_GEV, compare
 from physics_metrics.report import compact, physics_html, physics_report
 
@@ -49,7 +49,4 @@ class PhysicsEvaluator:
 
     def _write(self, label: str, showers: np.ndarray):
         path = Path(self._folder.name) / f"{''.join(c if c.isalnum() else '_' for c in label)}.h5"
-        with h5py.File(path, "w") as f:
-            f["ECAL"] = showers
-            f["energy"] = self.energies
-        return open_showers(path)
+        return open_showers(write_shower_file(path, showers, self.energies))

@@ -32,6 +32,7 @@ from quantize.runtime import cpu_isa
 CELL_SCALE, ENERGY_SCALE, CELL_FLOOR_GEV = 100.0, 100.0, 1e-6
 LOSS_WEIGHTS = (2.0, 0.1, 0.1)
 CHECKPOINT_MINUTES = 10.0
+ENERGY_RANGE_GEV = (10.0, 500.0)  # primary energies of the training showers
 
 
 @dataclass
@@ -136,7 +137,7 @@ def _training_data(out: Path, recipe: TrainRecipe) -> tuple[np.ndarray, np.ndarr
     """Simulated showers (cached), scaled as the 3DGAN trains on them: (N, 25, 25, 25, 1) x 100."""
     path = out / f"train_{recipe.showers}_seed{recipe.seed}.h5"
     if not path.exists():
-        write_showers(path, recipe.showers, seed=recipe.seed, energy_range=(10.0, 500.0))
+        write_showers(path, recipe.showers, seed=recipe.seed, energy_range=ENERGY_RANGE_GEV)
     showers = open_showers(path)
     cells = showers.ecal[:]
     cells[cells < CELL_FLOOR_GEV] = 0
