@@ -58,11 +58,17 @@ def open_showers(path) -> ShowerFile:
     return ShowerFile(path, ecal, energies)
 
 
+def shower_datasets(f: h5py.File, energies: np.ndarray) -> h5py.Dataset:
+    """The 3DGAN layout in an open file: `target` ([:, 0] = 11, an electron; [:, 1] = Ep GeV) and
+    `energy` written, `ECAL` (N, 25, 25, 25) created in chunks of 250 showers and returned to fill."""
+    f["target"] = np.stack([np.full(len(energies), 11.0), energies], axis=1)
+    f["energy"] = energies
+    return f.create_dataset("ECAL", (len(energies), *SHAPE), np.float32, chunks=(min(250, max(len(energies), 1)), *SHAPE), compression="lzf")
+
+
 def write_shower_file(path, ecal: np.ndarray, energies: np.ndarray) -> Path:
-    """Showers (N, 25, 25, 25) GeV in the 3DGAN layout (`target[:, 0]` = 11, an electron), atomically."""
+    """Showers (N, 25, 25, 25) GeV into `path` in the 3DGAN layout, atomically."""
     path = Path(path)
     with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
-        f.create_dataset("ECAL", data=ecal.astype(np.float32), chunks=(min(250, max(len(ecal), 1)), *SHAPE), compression="lzf")
-        f["target"] = np.stack([np.full(len(energies), 11.0), energies], axis=1)
-        f["energy"] = energies
+        shower_datasets(f, energies)[:] = ecal
     return path

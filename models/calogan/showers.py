@@ -10,7 +10,8 @@ import h5py
 import numpy as np
 
 from models.calogan.simulate import simulate
-from physics_metrics.showerfile import SHAPE
+from physics_metrics.showerfile import shower_datasets
+from quantize.atomic import atomic_path
 
 CHUNK = 250
 
@@ -23,19 +24,12 @@ def write_showers(path, count: int, seed: int = 0, energy_range: tuple[float, fl
 def write_showers_at(path, energies: np.ndarray, seed: int = 0, workers: int | None = None) -> Path:
     """Simulate one shower per primary energy (GeV) into `path`, atomically, in chunks across
     `workers` processes. The same energies and seed give the same file."""
-    path, count = Path(path), len(energies)
-    chunks = [(energies[i:i + CHUNK], seed, i) for i in range(0, count, CHUNK)]
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        with h5py.File(tmp, "w") as f, ProcessPoolExecutor(workers or os.cpu_count()) as pool:
-            ecal = f.create_dataset("ECAL", (count, *SHAPE), np.float32, chunks=(min(CHUNK, max(count, 1)), *SHAPE), compression="lzf")
-            for (part, _, start), showers in zip(chunks, pool.map(_simulate_chunk, chunks)):
-                ecal[start:start + len(part)] = showers
-            f["target"] = np.stack([np.full(count, 11.0), energies], axis=1)
-            f["energy"] = energies
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    path = Path(path)
+    chunks = [(energies[i:i + CHUNK], seed, i) for i in range(0, len(energies), CHUNK)]
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f, ProcessPoolExecutor(workers or os.cpu_count()) as pool:
+        ecal = shower_datasets(f, energies)
+        for (part, _, start), showers in zip(chunks, pool.map(_simulate_chunk, chunks)):
+            ecal[start:start + len(part)] = showers
     return path
 
 
