@@ -3,7 +3,8 @@
 `python -m benchmarks.translator` (needs `python -m models.translator build`): translates the
 test split (packages the model never saw), greedy, through the bin-packing batcher on all
 cores. Every variant runs at every batcher setting (token budget x streams x padding cap); a setting's time
-is the median of ROUNDS interleaved runs, and each variant is reported at its own best
+is the median of ROUNDS interleaved runs on warm sessions (each has translated the longest
+batch once, as a server's would have), and each variant is reported at its own best
 setting (and FP32 at the same setting as ours). BLEU is sacrebleu's. Then the batcher
 against arrival-order batches of ARRIVAL_BATCH at the same precision and setting.
 Writes benchmarks/results/translator.json and .md.
@@ -27,7 +28,7 @@ from quantize.batcher import pack, padding_fraction, run_batches
 from quantize.config import QuantConfig
 from quantize.runtime import cpu_isa
 
-ROUNDS = 3
+ROUNDS = 5
 ARRIVAL_BATCH = 32
 TOKEN_BUDGETS = (1024, 2048, 4096, 8192)
 PADDING_CAPS = (0.1, 1.0)  # 1.0: budget and batch size only
@@ -114,9 +115,11 @@ def _paired_bootstrap(hypotheses: list[str], baseline: list[str], references: li
 
 
 def _timed(english: list[str], batches: list[list[int]], files: TranslatorFiles, streams: int) -> tuple[float, list[str]]:
-    """Seconds to translate everything (sessions built beforehand, once per stream), and the output."""
+    """Seconds to translate everything (sessions built and warmed beforehand, one per stream), and the output."""
     cores = len(os.sched_getaffinity(0))
     translators = [Translator(files, threads=cores // streams) for _ in range(streams)]
+    for translator in translators:
+        translator([english[i] for i in batches[0]])
     start = time.perf_counter()
     out = run_batches(english, batches, lambda threads: translators.pop(), streams=streams)
     return time.perf_counter() - start, out

@@ -9,6 +9,7 @@ _PUBLIC = {
     "QuantConfig": "quantize.config",
     "QuantizeError": "quantize.errors",
     "QuantizeResult": "quantize.pipeline",
+    "fall_back": "quantize.fallback",
     "quantize_": "quantize.pipeline",
 }
 __all__ = list(_PUBLIC)

@@ -31,6 +31,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     images.add_argument("--bgr", action="store_true", help="feed channels in BGR order")
     p.add_argument("--report", type=Path, metavar="FILE.html", help="also measure throughput and write a validation report (HTML + JSON beside it)")
     p.add_argument("--evaluate", metavar="NAME", help="task metric for the report, e.g. resnet50 (top-1)")
+    p.add_argument("--max-drop", type=float, metavar="X", help="with --evaluate: send the nodes that cost most of the metric back "
+                   "to FP32 until INT8 is within X of FP32 (accuracy-driven fallback)")
     p.add_argument("--json", action="store_true", help="print the summary (or report) as JSON on stdout")
     p.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
     return p.parse_args(argv)
@@ -62,6 +64,8 @@ def run(args: argparse.Namespace) -> int:
         config = QuantConfig(method=args.method, percentile=args.percentile, calib_samples=args.calib_samples,
                              batch_size=args.batch_size, exclude=tuple(args.exclude), threads=args.threads)
         evaluator = None
+        if args.max_drop is not None and not args.evaluate:
+            raise ValueError("--max-drop needs --evaluate: the metric whose drop it bounds")
         if args.evaluate:
             from quantize.evaluators import get_evaluator
 
@@ -74,6 +78,8 @@ def run(args: argparse.Namespace) -> int:
 
     with _progress() as advance:
         result = quantize_(args.model, args.calib, config, _image_preprocess(args), advance)
+    if args.max_drop is not None:
+        result = _within_drop(result, evaluator, args.max_drop)
     save_model(result.model, output)
     summary = report.summarize(result)
     summary["output"] = str(output)
@@ -85,6 +91,17 @@ def run(args: argparse.Namespace) -> int:
     else:
         _print_summary(summary, args.report)
     return 0
+
+
+def _within_drop(result, evaluator, max_drop: float):
+    from quantize.fallback import fall_back
+
+    sign = 1 if evaluator.higher_is_better else -1
+    found = fall_back(result, lambda model: sign * evaluator.evaluate(model), sign * evaluator.evaluate(result.fp32_model) - max_drop)
+    if not found.met:
+        print(f"quantize: warning: {evaluator.metric} still drops by more than {max_drop} with {len(found.fp32_nodes)} nodes "
+              "back in FP32; writing the best model found", file=sys.stderr)
+    return found.result
 
 
 def _default_output(model: Path) -> Path:

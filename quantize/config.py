@@ -21,7 +21,7 @@ class QuantConfig:
     @classmethod
     def transformer(cls, **overrides) -> "QuantConfig":
         """The transformer recipe, chosen on the translator's BLEU and MiniLM's embeddings:
-        percentile ranges, LayerNorm outliers smoothed into the weights, MatMul/Gemm with weights
+        percentile ranges, LayerNorm and GELU outliers smoothed into the weights, MatMul/Gemm with weights
         in INT8; attention's activation MatMuls, softmax, LayerNorm, residual Adds and the cache
         in FP32."""
         return cls(**{"method": "percentile", "exclude": TRANSFORMER_FP32_OPS, "activation_matmuls": False, "smooth_alpha": 0.8, **overrides})

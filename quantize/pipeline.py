@@ -37,6 +37,18 @@ class NodeDecision:
     reason: str = ""
 
 
+@dataclass(frozen=True)
+class Calibration:
+    """What lowering needs and is cheap to keep: the models, the INT8 candidates and the
+    activation histograms (fixed size), so a result can be lowered again without recalibrating."""
+    original: onnx.ModelProto
+    clean: onnx.ModelProto
+    nodes: frozenset[str]
+    histograms: dict
+    samples: int
+    seconds: float
+
+
 @dataclass
 class QuantizeResult:
     model: onnx.ModelProto
@@ -49,7 +61,8 @@ class QuantizeResult:
     output_sqnr_db: dict[str, float]
     layer_sqnr_db: dict[str, float]
     sqnr_samples: str
-    held_out: list[dict] = field(repr=False, default_factory=list)
+    held_out: list[dict] = field(repr=False)
+    calibration: Calibration = field(repr=False)
 
 
 def quantize_(model_path, calib, config: QuantConfig = QuantConfig(), image_preprocess: ImagePreprocess | None = None,
@@ -72,21 +85,41 @@ def quantize_(model_path, calib, config: QuantConfig = QuantConfig(), image_prep
         graph = ir.serde.deserialize_model(clean)
         nodes = select_nodes(graph, config.exclude, config.activation_matmuls) - scaling_muls
     histograms = collect_histograms(clean, observed_tensors(graph, nodes), source, n_cal, batch_size, config.threads, progress)
-    calibration_seconds = time.perf_counter() - start
-    int8, plan, executed, islands = _lower_without_islands(clean, graph, nodes, histograms, config)
-    _stamp(int8, original, config)
+    calibration = Calibration(original, clean, frozenset(nodes), histograms, n_cal, time.perf_counter() - start)
+    sqnr_samples = f"{held_range[1] - held_range[0]} held-out samples" if held_range[0] >= n_cal else f"{held_range[1]} calibration samples (none left to hold out)"
+    return _lower(calibration, config, held_out, sqnr_samples, {})
+
+
+def keep_fp32(result: QuantizeResult, fallback: dict[str, str]) -> QuantizeResult:
+    """The same calibration lowered again with the `fallback` nodes (name -> why) in FP32."""
+    return _lower(result.calibration, result.config, result.held_out, result.sqnr_samples, fallback)
+
+
+def qdq_model(result: QuantizeResult, fp32_nodes: set[str]) -> onnx.ModelProto:
+    """The Q/DQ model with `fp32_nodes` in FP32, without the coverage check: a quick trial."""
+    graph = ir.serde.deserialize_model(result.calibration.clean)
+    plan = make_plan(graph, set(result.calibration.nodes) - fp32_nodes, result.calibration.histograms, result.config.method, result.config.percentile)
+    return ir.serde.serialize_model(passes.lower_to_qdq(graph, plan))
+
+
+def _lower(calibration: Calibration, config: QuantConfig, held_out: list[dict], sqnr_samples: str,
+           fallback: dict[str, str]) -> QuantizeResult:
+    clean, graph = calibration.clean, ir.serde.deserialize_model(calibration.clean)
+    int8, plan, executed, islands = _lower_without_islands(clean, graph, set(calibration.nodes) - set(fallback), calibration.histograms, config)
+    _stamp(int8, calibration.original, config)
     return QuantizeResult(
         model=int8,
         fp32_model=clean,
         config=config,
-        decisions=_decisions(graph, plan, islands, config.exclude),
+        decisions=_decisions(graph, plan, {**islands, **fallback}, config.exclude),
         kernels=coverage.kernel_counts(executed),
-        calibration_samples=n_cal,
-        calibration_seconds=calibration_seconds,
+        calibration_samples=calibration.samples,
+        calibration_seconds=calibration.seconds,
         output_sqnr_db=output_sqnr(clean, int8, held_out, config.threads),
         layer_sqnr_db=layer_sqnr(clean, int8, set(plan.absorbed.values()), held_out[0], config.threads),
-        sqnr_samples=f"{held_range[1] - held_range[0]} held-out samples" if held_range[0] >= n_cal else f"{held_range[1]} calibration samples (none left to hold out)",
+        sqnr_samples=sqnr_samples,
         held_out=held_out,
+        calibration=calibration,
     )
 
 

@@ -114,3 +114,20 @@ def token_net(vocab: int = 100, width: int = 32, length: int = 12) -> onnx.Model
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model
+
+
+def outlier_mlp() -> onnx.ModelProto:
+    """x -> up (one output channel 100x the rest) -> down -> y: down's per-tensor uint8 input
+    range is spent on that channel, up's input is ordinary."""
+    rng = np.random.default_rng(0)
+    up = rng.normal(0, 0.3, (16, 16)).astype(np.float32)
+    up[:, 3] *= 100
+    down = rng.normal(0, 0.3, (16, 16)).astype(np.float32)
+    down[3] *= 0.001
+    nodes = [helper.make_node("MatMul", ["x", "w_up"], ["h"], name="up"), helper.make_node("MatMul", ["h", "w_down"], ["y"], name="down")]
+    graph = helper.make_graph(nodes, "two", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 16])],
+                              [numpy_helper.from_array(up, "w_up"), numpy_helper.from_array(down, "w_down")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model

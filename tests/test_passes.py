@@ -233,6 +233,46 @@ def test_smoothing_adds_a_mul_when_the_activation_has_other_readers_and_improves
     assert smooth.output_sqnr_db["y"] > plain.output_sqnr_db["y"] + 3
 
 
+def _gelu_net() -> onnx.ModelProto:
+    """x (N,16) -> MatMul -> GELU written out as exporters do (x * (1 + erf(x / sqrt 2)) * 0.5)
+    -> MatMul -> y; the first weight makes two GELU channels huge."""
+    rng = np.random.default_rng(4)
+    w1 = rng.normal(0, 0.3, (16, 16)).astype(np.float32)
+    w1[:, [2, 9]] *= 60
+    w2 = rng.normal(0, 0.3, (16, 16)).astype(np.float32)
+    nodes = [helper.make_node("MatMul", ["x", "w1"], ["h"], name="up"),
+             helper.make_node("Div", ["h", "sqrt2"], ["d"], name="gelu/div"), helper.make_node("Erf", ["d"], ["e"], name="gelu/erf"),
+             helper.make_node("Add", ["e", "one"], ["a"], name="gelu/add"), helper.make_node("Mul", ["h", "a"], ["m"], name="gelu/mul"),
+             helper.make_node("Mul", ["m", "half"], ["g"], name="gelu/mul_1"), helper.make_node("MatMul", ["g", "w2"], ["y"], name="down")]
+    inits = [numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2"), numpy_helper.from_array(np.array(np.sqrt(2), np.float32), "sqrt2"),
+             numpy_helper.from_array(np.array(1.0, np.float32), "one"), numpy_helper.from_array(np.array(0.5, np.float32), "half")]
+    graph = helper.make_graph(nodes, "gelu", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 16])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_smoothing_after_an_erf_gelu_folds_into_its_constant_mul_and_keeps_the_function():
+    original = _gelu_net()
+    model = ir.serde.deserialize_model(original)
+    x = np.random.default_rng(5).normal(0, 1, (64, 16)).astype(np.float32)
+    g = session(_exposing(original, "g")).run(["g"], {"x": x})[0]
+    scales = smoothing_scales(model, {"g": np.abs(g).max(axis=0), "x": np.abs(x).max(axis=0)}, alpha=0.8)
+    assert set(scales) == {"g"}  # x is a graph input, not a LayerNorm or GELU output
+    assert scales["g"][2] > 5 * np.median(scales["g"])
+    smoothed = passes.SmoothActivationsPass(scales)(model).model
+    assert _ops(smoothed).count("Mul") == 2  # no scaling Mul: 1/s went into the 0.5
+    np.testing.assert_allclose(_run(smoothed, x), _run(original, x), rtol=1e-4, atol=1e-3)
+
+
+def _exposing(model: onnx.ModelProto, name: str) -> onnx.ModelProto:
+    exposed = onnx.ModelProto()
+    exposed.CopyFrom(model)
+    exposed.graph.output.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, None))
+    return exposed
+
+
 def test_a_lone_weight_matmul_becomes_a_gemm_so_ort_cannot_fold_it_into_a_float_residual_gemm():
     rng = np.random.default_rng(0)
     nodes = [helper.make_node("MatMul", ["x", "w"], ["p"], name="proj"), helper.make_node("Add", ["p", "x"], ["y"], name="residual")]

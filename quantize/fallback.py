@@ -1,0 +1,50 @@
+"""Accuracy-driven fallback: the fewest nodes back to FP32 for the INT8 model to meet a target.
+
+`score(model) -> float` is the user's metric, higher is better (top-1, BLEU, the worst
+sentence's cosine to FP32...). Each INT8 node with a weight is tried once in FP32 with the
+rest in INT8 (a trial reuses the calibration: one lowering and one score); then nodes go
+back to FP32 in the order of what their trial gained, one at a time, until the score
+reaches `target` or `max_nodes` are back.
+"""
+
+from dataclasses import dataclass
+from typing import Callable
+
+import onnx
+
+from quantize.pipeline import QuantizeResult, keep_fp32, qdq_model
+from quantize.policy import RULES
+
+Score = Callable[[onnx.ModelProto], float]
+
+
+@dataclass
+class Fallback:
+    result: QuantizeResult
+    target: float
+    score_before: float
+    score_after: float
+    fp32_nodes: list[str]  # in the order they went back
+    trial_gains: dict[str, float]  # node -> score with it alone in FP32, minus the score before
+
+    @property
+    def met(self) -> bool:
+        return self.score_after >= self.target
+
+
+def fall_back(result: QuantizeResult, score: Score, target: float, max_nodes: int = 4) -> Fallback:
+    before = score(result.model)
+    if before >= target:
+        return Fallback(result, target, before, before, [], {})
+    weighted = [d.name for d in result.decisions if d.precision == "int8" and d.op_type in RULES and RULES[d.op_type].weight is not None]
+    gains = {name: score(qdq_model(result, {name})) - before for name in weighted}
+    ranked = sorted((n for n in gains if gains[n] > 0), key=gains.get, reverse=True)[:max_nodes]
+    chosen: dict[str, str] = {}
+    after, best = before, result
+    for name in ranked:
+        chosen[name] = f"accuracy fallback: alone in FP32 it raised the score by {gains[name]:.4g}"
+        best = keep_fp32(result, chosen)
+        after = score(best.model)
+        if after >= target:
+            break
+    return Fallback(best, target, before, after, list(chosen), gains)

@@ -1,0 +1,73 @@
+import json
+
+import numpy as np
+import onnx
+
+from conftest import outlier_mlp
+from quantize import QuantConfig, cli, quantize_
+from quantize.fallback import fall_back
+from quantize.runtime import session
+from quantize.validate import sqnr_db
+
+
+def _setup(tmp_path):
+    onnx.save(outlier_mlp(), str(tmp_path / "m.onnx"))
+    rng = np.random.default_rng(1)
+    feeds = [{"x": rng.normal(0, 1, (32, 16)).astype(np.float32)} for _ in range(8)]
+    result = quantize_(tmp_path / "m.onnx", feeds, QuantConfig())
+    x = {"x": rng.normal(0, 1, (256, 16)).astype(np.float32)}
+    reference = session(tmp_path / "m.onnx").run(None, x)[0]
+    return result, lambda model: sqnr_db(reference, session(model).run(None, x)[0])
+
+
+def test_the_node_whose_fp32_trial_gains_most_goes_back_until_the_target_is_met(tmp_path):
+    result, score = _setup(tmp_path)
+    before = score(result.model)
+    found = fall_back(result, score, target=before + 10)
+    assert found.trial_gains["down"] > found.trial_gains["up"] + 10
+    assert found.fp32_nodes == ["down"] and found.met and found.score_after >= before + 10
+    decisions = {d.name: d for d in found.result.decisions}
+    assert decisions["down"].precision == "fp32" and decisions["down"].reason.startswith("accuracy fallback")
+    assert decisions["up"].precision == "int8"
+    assert _reads_dequantized(result.model, "down") and not _reads_dequantized(found.result.model, "down")
+
+
+def _reads_dequantized(model: onnx.ModelProto, name: str) -> bool:
+    dequantized = {o for n in model.graph.node if n.op_type == "DequantizeLinear" for o in n.output}
+    return any(i in dequantized for n in model.graph.node if n.name == name for i in n.input)
+
+
+def test_a_model_that_meets_the_target_is_left_as_it_is(tmp_path):
+    result, score = _setup(tmp_path)
+    found = fall_back(result, score, target=score(result.model) - 1)
+    assert found.result is result and found.fp32_nodes == [] and found.met
+
+
+def test_an_unreachable_target_stops_after_max_nodes_and_says_it_was_not_met(tmp_path):
+    result, score = _setup(tmp_path)
+    found = fall_back(result, score, target=float("inf"), max_nodes=1)
+    assert len(found.fp32_nodes) == 1 and not found.met
+
+
+class _CappedSqnr:
+    """A stand-in task metric: output SQNR against FP32, capped at 30 dB (FP32 scores 30)."""
+    name, metric, higher_is_better = "sqnr", "output SQNR dB", True
+
+    def __init__(self, reference_model):
+        self.x = {"x": np.random.default_rng(2).normal(0, 1, (256, 16)).astype(np.float32)}
+        self.reference = session(reference_model).run(None, self.x)[0]
+
+    def evaluate(self, model) -> float:
+        return min(30.0, sqnr_db(self.reference, session(model).run(None, self.x)[0]))
+
+
+def test_the_command_line_bounds_the_metric_drop_and_says_which_nodes_went_back(tmp_path, monkeypatch, capsys):
+    onnx.save(outlier_mlp(), str(tmp_path / "m.onnx"))
+    np.save(tmp_path / "calib.npy", np.random.default_rng(1).normal(0, 1, (256, 16)).astype(np.float32))
+    monkeypatch.setattr("quantize.evaluators.get_evaluator", lambda name: _CappedSqnr(tmp_path / "m.onnx"))
+    code = cli.main([str(tmp_path / "m.onnx"), "--calib", str(tmp_path / "calib.npy"), "-o", str(tmp_path / "q.onnx"),
+                     "--evaluate", "sqnr", "--max-drop", "1", "--json"])
+    assert code == 0
+    fp32_nodes = {n["name"]: n["reason"] for n in json.loads(capsys.readouterr().out)["coverage"]["fp32_nodes"]}
+    assert fp32_nodes["down"].startswith("accuracy fallback") and "up" not in fp32_nodes
+    assert _CappedSqnr(tmp_path / "m.onnx").evaluate(onnx.load(tmp_path / "q.onnx")) >= 29
