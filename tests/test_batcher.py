@@ -2,7 +2,7 @@ import os
 import numpy as np
 import pytest
 
-from quantize.batcher import BatcherConfig, core_groups, pack, padding_fraction, run_batches, run_packed
+from quantize.batcher import BatcherConfig, StreamPool, core_groups, pack, padding_fraction, run_batches, run_packed
 
 
 def test_packing_respects_the_token_budget_and_covers_every_request_once():
@@ -33,22 +33,38 @@ def test_lengths_must_be_positive():
         pack([3, 0], 100, 8)
 
 
-def test_results_come_back_in_input_order_from_parallel_pinned_streams():
+def test_results_come_back_in_input_order_from_parallel_pinned_stream_processes():
     requests = [f"r{i}" * (i % 7 + 1) for i in range(200)]
-    seen_affinity, built = [], []
 
     def make_runner(threads):
-        seen_affinity.append(os.sched_getaffinity(0))
-        built.append(threads)
-        return lambda batch: [r.upper() for r in batch]
+        where = (os.getpid(), tuple(sorted(os.sched_getaffinity(0))), threads)
+        return lambda batch: [(r.upper(), where) for r in batch]
 
     streams = min(2, len(os.sched_getaffinity(0)))
     before = os.sched_getaffinity(0)
     out = run_packed(requests, [len(r) for r in requests], make_runner, BatcherConfig(token_budget=40, streams=streams))
-    assert out == [r.upper() for r in requests]
-    assert len(built) == streams and sum(built) <= len(os.sched_getaffinity(0))
-    assert sorted(map(sorted, seen_affinity)) == sorted(map(list, core_groups(streams)))
-    assert os.sched_getaffinity(0) == before  # pinning applies to the stream threads only
+    assert [text for text, _ in out] == [r.upper() for r in requests]
+    streams_seen = {where for _, where in out}
+    assert {pid for pid, _, _ in streams_seen}.isdisjoint({os.getpid()})
+    assert sorted(cores for _, cores, _ in streams_seen) == sorted(core_groups(streams))
+    assert all(threads == len(cores) for _, cores, threads in streams_seen)
+    assert os.sched_getaffinity(0) == before  # pinning applies to the stream processes only
+
+
+def test_a_pool_serves_many_runs_with_the_instances_it_built_once():
+    def make_runner(threads):
+        calls = []
+        def run(batch):
+            calls.append(len(batch))
+            return [(r, os.getpid(), len(calls)) for r in batch]
+        return run
+
+    with StreamPool(make_runner, streams=1) as pool:
+        first = pool.run(list("abcd"), [[0, 1], [2, 3]])
+        second = pool.run(list("xy"), [[1, 0]])
+    assert [r for r, _, _ in first] == list("abcd") and [r for r, _, _ in second] == list("xy")
+    assert len({pid for _, pid, _ in first + second}) == 1
+    assert [n for _, _, n in second] == [3, 3]  # the same instance, third call
 
 
 def test_progress_reaches_the_total_and_a_failing_batch_raises_in_the_caller():
@@ -61,6 +77,24 @@ def test_progress_reaches_the_total_and_a_failing_batch_raises_in_the_caller():
 
     with pytest.raises(RuntimeError, match="gave"):
         run_batches(list(range(4)), [[0, 1], [2, 3]], broken)
+
+    def failing(batch):
+        raise ValueError(f"cannot take {batch}")
+
+    with pytest.raises(ValueError, match="cannot take"):
+        run_batches(list(range(4)), [[0, 1], [2, 3]], lambda threads: failing)
+    with pytest.raises(OSError, match="no model here"):
+        run_batches([1], [[0]], lambda threads: open("/nonexistent/no model here"))
+
+
+def test_a_stream_process_that_dies_is_reported_instead_of_waited_for():
+    with pytest.raises(RuntimeError, match="died"):
+        run_batches([1, 2], [[0], [1]], lambda threads: (lambda batch: os._exit(3)))
+
+
+def test_results_that_cannot_be_pickled_fail_their_batch_instead_of_hanging():
+    with pytest.raises(Exception, match="pickle"):
+        run_batches([1, 2], [[0, 1]], lambda threads: (lambda batch: [lambda: x for x in batch]))
 
 
 def test_too_many_streams_for_the_cores_is_refused():

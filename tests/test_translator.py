@@ -81,8 +81,9 @@ def test_beam_search_of_width_one_is_greedy_and_wider_beams_translate_every_inpu
 def test_over_long_input_is_truncated_and_counted(tiny):
     _, files, english, _ = tiny
     translator = Translator(files, threads=1)
-    (out,) = translator([" ".join(english[:60])])
-    assert isinstance(out, str) and translator.truncated == 1
+    long = " ".join(english[:60])
+    (out,) = translator([long])
+    assert isinstance(out, str) and translator.truncated([long, "Open the file"]) == 1
 
 
 def test_transformer_recipe_keeps_the_logits_faithful(tiny, tmp_path):

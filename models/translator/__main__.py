@@ -60,16 +60,10 @@ def _translate(args) -> int:
         if not path.exists():
             raise QuantizeError(path, "not built: run `python -m models.translator build` (and `quantize` for --int8)")
     probe = Translator(files, threads=1)
-    instances = []
-
-    def make(threads):
-        instances.append(Translator(files, threads, args.beam))
-        return instances[-1]
-
     config = BatcherConfig(token_budget=args.token_budget, streams=args.streams)
-    for line in run_packed(lines, probe.token_lengths(lines), make, config):
+    for line in run_packed(lines, probe.token_lengths(lines), lambda threads: Translator(files, threads, args.beam), config):
         print(line)
-    truncated = sum(t.truncated for t in instances)
+    truncated = probe.truncated(lines)
     if truncated:
         print(f"note: {truncated} sentence(s) longer than {probe.max_len} tokens were truncated", file=sys.stderr)
     return 0

@@ -2,7 +2,7 @@
 
 Each decoder step feeds only the newest token and the key/value cache; rows that have
 finished leave the batch, so a batch costs what its live sentences need. Inputs longer than
-the model's `max_len` tokens are truncated to it (and counted in `Translator.truncated`).
+the model's `max_len` tokens are truncated to it (`Translator.truncated` counts them).
 """
 
 from dataclasses import dataclass
@@ -42,11 +42,14 @@ class Translator:
         self.context_names = [o.name for o in self.encoder.get_outputs()]  # cross keys/values, source bias
         _, self.heads, _, self.depth = {i.name: i.shape for i in self.decoder.get_inputs()}["past_key_0"]
         self.max_len = int(self.decoder.get_modelmeta().custom_metadata_map["max_len"])
-        self.truncated = 0
         self.observe = lambda graph, feed: None  # sees every feed (used to record calibration data)
 
     def token_lengths(self, texts: list[str]) -> list[int]:
         return [min(len(ids) + 1, self.max_len) for ids in self.tokenizer.encode(texts)]
+
+    def truncated(self, texts: list[str]) -> int:
+        """How many of `texts` are longer than the model takes and will be cut to `max_len` tokens."""
+        return sum(len(ids) >= self.max_len for ids in self.tokenizer.encode(texts))
 
     def __call__(self, texts: list[str]) -> list[str]:
         """Translate a batch; empty strings translate to empty strings."""
@@ -55,7 +58,6 @@ class Translator:
         if not live:
             return out
         ids = self.tokenizer.encode([texts[i] for i in live])
-        self.truncated += sum(len(x) >= self.max_len for x in ids)
         source = _padded([x[:self.max_len - 1] + [EOS] for x in ids])
         context = dict(zip(self.context_names, self._run("encoder", {"source": source})))
         limits = np.minimum((source != PAD).sum(1) * 3 // 2 + 10, self.max_len - 1)
