@@ -93,20 +93,22 @@ class StreamPool:
             self._tasks.put((number, [requests[i] for i in batch]))
         results: list = [None] * len(requests)
         done = 0
-        for _ in batches:
-            number, outputs = self._next_result()
-            if isinstance(outputs, BaseException):
-                self._terminate()
-                raise outputs
-            outputs = pickle.loads(outputs)
-            batch = batches[number]
-            if len(outputs) != len(batch):
-                self._terminate()
-                raise RuntimeError(f"a batch of {len(batch)} requests gave {len(outputs)} results")
-            for i, out in zip(batch, outputs):
-                results[i] = out
-            done += len(batch)
-            progress(done, len(requests))
+        try:
+            for _ in batches:
+                number, outputs = self._next_result()
+                if isinstance(outputs, BaseException):
+                    raise outputs
+                outputs = pickle.loads(outputs)
+                batch = batches[number]
+                if len(outputs) != len(batch):
+                    raise RuntimeError(f"a batch of {len(batch)} requests gave {len(outputs)} results")
+                for i, out in zip(batch, outputs):
+                    results[i] = out
+                done += len(batch)
+                progress(done, len(requests))
+        except BaseException:
+            self._terminate()  # the streams may still hold queued batches of this run
+            raise
         return results
 
     def close(self) -> None:
@@ -138,7 +140,6 @@ class StreamPool:
             except queue.Empty:
                 dead = [w.exitcode for w in self._workers if not w.is_alive()]
                 if dead:
-                    self._terminate()
                     raise RuntimeError(f"a stream process died (exit code {dead[0]})") from None
 
 
@@ -163,7 +164,7 @@ def _serve(cores: tuple[int, ...], make_runner: Callable[[int], RunBatch], tasks
 
 def _picklable(exc: BaseException) -> BaseException:
     try:
-        multiprocessing.reduction.ForkingPickler.dumps(exc)
+        pickle.dumps(exc)
         return exc
     except Exception:
         return RuntimeError(f"{type(exc).__name__}: {exc}")
