@@ -128,6 +128,8 @@ def _figures(report: dict) -> list[tuple[str, str]]:
                 ax.set(title=f"{ref_row['energy_gev']:.0f} GeV", xlabel=FEATURE_LABELS.get(name, name))
                 if name == "cell_log10_energy":
                     ax.set_yscale("log")
+                if name.startswith("m2_"):
+                    ax.set_xscale("log")  # binned in equal ratios
         axes[0][0].legend(fontsize=7)
         figures.append((title, _png(fig)))
     return figures

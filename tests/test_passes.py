@@ -1,6 +1,7 @@
 import numpy as np
 import onnx
 import onnx_ir as ir
+from onnx_ir.passes import common
 from onnx import TensorProto, helper, numpy_helper
 
 import tempfile
@@ -10,6 +11,7 @@ from calibration import CalibrationSource, collect_histograms
 from conftest import conv_net, images
 from quantize.pipeline import input_specs
 from quantize import QuantConfig, passes, quantize_
+from quantize.passes.fold_conv3d import FoldConv3DPass
 from quantize.passes.smooth_activations import smoothing_scales
 from quantize.plan import QuantPlan
 from quantize.runtime import session
@@ -147,6 +149,29 @@ def test_conv3d_becomes_a_2d_conv_with_the_same_outputs():
         assert len(convs) == 1 and len(convs[0].inputs[1].const_value.shape) == 4
         assert model.graph.outputs[0].name == "y"
         np.testing.assert_allclose(_run(model, x), _run(original, x), rtol=1e-4, atol=1e-4)
+
+
+def test_conv3d_computing_several_output_depths_per_window_keeps_the_outputs():
+    x = np.random.default_rng(4).normal(size=(2, 3, 6, 7, 9)).astype(np.float32)
+    for pads, bias, axis in (([0, 0, 0, 0, 0, 0], False, 0), ([1, 0, 2, 1, 0, 2], True, 1), ([1, 1, 1, 1, 1, 1], True, 0)):
+        original = _conv3d_model(pads, bias)
+        a_out = (6, 7, 9)[axis] + pads[axis] + pads[axis + 3] - (2, 1, 3)[axis]
+        for group in [s for s in range(2, a_out + 1) if a_out % s == 0]:
+            class Grouped(FoldConv3DPass):
+                def outputs_per_window(self, k, ka, a_out, group=group):
+                    return group
+
+            model = ir.passes.PassManager([common.ShapeInferencePass(), Grouped()])(ir.serde.deserialize_model(original)).model
+            conv = next(n for n in model.graph if n.op_type == "Conv")
+            assert conv.inputs[1].const_value.shape[0] == 5 * group
+            np.testing.assert_allclose(_run(model, x), _run(original, x), rtol=1e-4, atol=1e-4)
+
+
+def test_few_output_channels_are_computed_several_depths_per_window():
+    fold = FoldConv3DPass()
+    assert fold.outputs_per_window(k=64, ka=6, a_out=8) == 1  # 64 channels fill the kernel's blocks
+    assert fold.outputs_per_window(k=6, ka=3, a_out=26) == 2  # 12 of 16 for 4/3 the work
+    assert fold.outputs_per_window(k=1, ka=2, a_out=25) == 5
 
 
 def test_transpose_pairs_that_undo_each_other_are_removed():

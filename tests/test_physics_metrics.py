@@ -63,6 +63,16 @@ def test_energy_scale_and_depth_shifts_are_caught(files):
     assert by_depth.max_separation["m1_x"] == 0.0
 
 
+def test_every_shower_is_counted_and_a_diffuse_shower_is_caught(files):
+    root, a, _ = files
+    # 60 % more energy spread evenly over the cells: m2_x near 30 cells^2 instead of 1.
+    diffuse = _modified(root, a, "diffuse.h5", lambda e: e + e.sum(axis=(1, 2, 3), keepdims=True) * 0.6 / e[0].size)
+    result = compare(open_showers(a), open_showers(diffuse), centres=(100,))
+    counted = {name: sum(h["generated"]) for name, h in result.bins[0]["histograms"].items() if name != "cell_log10_energy"}
+    assert set(counted.values()) == {600}, counted
+    assert result.max_separation["m2_x"] > 0.9 and result.max_separation["m2_y"] > 0.9
+
+
 def test_chunking_does_not_change_the_result(files):
     _, a, b = files
     whole = compare(open_showers(a), open_showers(b), centres=(100,), chunk=1000)

@@ -12,6 +12,7 @@ import numpy as np
 
 from models.calogan.generate import ShowerSource, latents, onnx_source
 from models.calogan.showers import write_showers_at
+from models.calogan.train import ENERGY_RANGE_GEV
 from physics_metrics import open_showers
 from physics_metrics.showerfile import write_shower_file
 from physics_metrics.compare import DEFAULT_BINS_GEV, HALF_WIDTH_GEV, compare
@@ -25,7 +26,9 @@ class PhysicsEvaluator:
 
     def __init__(self, per_bin: int = 400, seed: int = 0, threads: int = 0, extra: dict[str, ShowerSource] | None = None):
         rng = np.random.default_rng(seed)
-        self.energies = np.concatenate([rng.uniform(c - HALF_WIDTH_GEV, c + HALF_WIDTH_GEV, per_bin) for c in DEFAULT_BINS_GEV])
+        low, high = ENERGY_RANGE_GEV  # a bin reaching beyond the trained energies holds only its trained part
+        self.energies = np.concatenate([rng.uniform(max(c - HALF_WIDTH_GEV, low), min(c + HALF_WIDTH_GEV, high), per_bin)
+                                        for c in DEFAULT_BINS_GEV])
         self.latents = latents(self.energies, seed + 1)
         self.threads, self.extra = threads, dict(extra or {})
         self._folder = tempfile.TemporaryDirectory(prefix="calogan-physics-")

@@ -141,22 +141,23 @@ def correct_output_bias(fp32: onnx.ModelProto, int8: onnx.ModelProto, output_con
     conv = next(n for n in corrected.graph.node if n.name == output_conv)
     if len(conv.input) > 2:
         return int8  # the output convolution has a bias of its own: leave the model as quantized
-    corrected.graph.initializer.append(onnx.helper.make_tensor(f"{output_conv}_bias_correction", onnx.TensorProto.FLOAT, [1], [0.0]))
+    channels = next(onnx.numpy_helper.to_array(t).shape[0] for t in corrected.graph.initializer if t.name == conv.input[1])
+    corrected.graph.initializer.append(onnx.helper.make_tensor(f"{output_conv}_bias_correction", onnx.TensorProto.FLOAT, [channels], [0.0] * channels))
     bias = corrected.graph.initializer[-1]
     conv.input.append(bias.name)
 
     def energy(delta: float) -> float:
-        bias.float_data[:] = [delta]
+        bias.float_data[:] = [delta] * channels
         return onnx_source(corrected, threads)(z, None).sum()
 
     low, high = -target / z.shape[0] / 25**3 * CELL_SCALE, 0.0  # minus the mean cell: far too much
     if energy(high) <= target:
-        bias.float_data[:] = [0.0]
+        bias.float_data[:] = [0.0] * channels
         return corrected
     for _ in range(steps):
         middle = (low + high) / 2
         low, high = (middle, high) if energy(middle) < target else (low, middle)
-    bias.float_data[:] = [(low + high) / 2]
+    bias.float_data[:] = [(low + high) / 2] * channels
     return corrected
 
 

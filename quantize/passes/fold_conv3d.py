@@ -1,12 +1,19 @@
 """Lower Conv3D to a 2D Conv by folding the kernel's depth into channels.
 
 ONNX Runtime's INT8 3D convolution is slower than its FP32 one; its 2D QLinearConv is fast.
-For X (N, C, D, H, W) and a kernel (kd, kh, kw), output depth d needs input depths d..d+kd-1:
-the kd shifted depth windows are concatenated as channels, output depths move into the batch,
-and one 2D Conv with weights (K, kd*C, kh, kw) computes every output depth:
+For X (N, C, D, H, W) and a kernel (kd, kh, kw), output depth d needs input depths d..d+kd-1.
+Output depths are taken s at a time: window w holds the kd+s-1 input depths that outputs
+w*s..w*s+s-1 read, concatenated as channels; windows move into the batch, and one 2D Conv
+with weights (s*K, (kd+s-1)*C, kh, kw) (output j of a window reads positions j..j+kd-1, zeros
+elsewhere) computes s output depths per window as channels:
 
-    Pad(D) -> Slice x kd -> Concat(channels) -> Reshape(N*Do, H, W, kd*C) -> Transpose(NCHW)
-    -> Conv2D -> Transpose(NHWC) -> Reshape(N, Do, Ho, Wo, K) -> Transpose(N, K, Do, Ho, Wo)
+    Pad(D) -> Slice(step s) x (kd+s-1) -> Concat(channels) -> Reshape(N*D/s, H, W, (kd+s-1)*C)
+    -> Transpose(NCHW) -> Conv2D -> Transpose(NHWC) -> [Reshape, Transpose: windows' outputs
+    back in depth order] -> Reshape(N, Do, Ho, Wo, K) -> Transpose(N, K, Do, Ho, Wo)
+
+s > 1 is for convolutions with few output channels (the 3DGAN's have 6 and 1): the GEMM
+kernel computes output channels in blocks of 16, so K=6 fills 6/16 of its work, and s*K fills
+more for (kd+s-1)/kd times the multiply-adds; `outputs_per_window` picks s by that cost.
 
 The folded axis is the first one without padding when there is one (so no Pad is needed and
 the padding stays the 2D Conv's own); "depth" above stands for that axis.
@@ -17,13 +24,15 @@ around its NHWC QLinearConv, and its first and last ones merge with the exporter
 (`MergeTransposesPass`): what is left is at most one permutation of the Conv3D's input and
 output when the folded axis is not depth.
 
-Only stride 1, dilation 1, group 1 and static D/H/W are lowered; other Conv3Ds stay as they are.
+Only stride 1, dilation 1, group 1, a constant bias and static D/H/W are lowered; other Conv3Ds stay as they are.
 """
 
 import numpy as np
 import onnx_ir as ir
 
 from quantize.passes.rewrite import FusionPass, add_initializer, int_list, replace_nodes, uses_auto_pad
+
+CHANNEL_BLOCK = 16  # output channels per block of ORT's (MLAS) GEMM kernels
 
 
 class FoldConv3DPass(FusionPass):
@@ -35,8 +44,19 @@ class FoldConv3DPass(FusionPass):
             return None
         if any(not isinstance(d, int) for d in list(x.shape)[2:]) or uses_auto_pad(conv):
             return None
+        if len(conv.inputs) > 2 and conv.inputs[2] is not None and conv.inputs[2].const_value is None:
+            return None
         plain = int_list(conv, "strides", [1, 1, 1]) == [1, 1, 1] and int_list(conv, "dilations", [1, 1, 1]) == [1, 1, 1]
         return True if plain and (conv.attributes["group"].value if "group" in conv.attributes else 1) == 1 else None
+
+    def outputs_per_window(self, k: int, ka: int, a_out: int) -> int:
+        """The divisor s of a_out with the least estimated GEMM work: the kernel computes output
+        channels in blocks of 16, so s*K channels are paid as a whole number of blocks, and a
+        window of ka+s-1 input positions makes (ka+s-1)/ka times the multiply-adds (zeros)."""
+        def cost(s: int) -> float:
+            return (ka + s - 1) / ka * -(-s * k // CHANNEL_BLOCK) * CHANNEL_BLOCK / (s * k)
+
+        return min((s for s in range(1, a_out + 1) if a_out % s == 0), key=cost)
 
     def rewrite(self, graph: ir.Graph, conv: ir.Node, _) -> None:
         x, weight = conv.inputs[0], conv.inputs[1].const_value.numpy()
@@ -48,9 +68,10 @@ class FoldConv3DPass(FusionPass):
         order = [axis, *rest]
         k, c = weight.shape[:2]
         ka, kr1, kr2 = (weight.shape[2 + a] for a in order)
-        a_size, r1, r2 = (spatial[a] for a in order)
-        a_out = a_size + pads[axis] + pads[3 + axis] - ka + 1
+        a_out = spatial[axis] + pads[axis] + pads[3 + axis] - ka + 1
         r_out = [spatial[a] + pads[a] + pads[3 + a] - weight.shape[2 + a] + 1 for a in rest]
+        group = self.outputs_per_window(k, ka, a_out)
+        windows, span = a_out // group, ka + group - 1  # window w covers input positions w*group .. w*group+span-1
         name = conv.name
 
         def const(suffix, array):
@@ -66,17 +87,20 @@ class FoldConv3DPass(FusionPass):
         source = node("Transpose", [x], "channels_last", perm=[0, *(2 + a for a in order), 1])  # (N, A, R1, R2, C)
         if pads[axis] or pads[3 + axis]:
             source = node("Pad", [source, const("fold_pads", np.array([0, pads[axis], 0, 0, 0, 0, pads[3 + axis], 0, 0, 0], np.int64))], "pad_folded_axis")
-        first = const("axis", np.array([1], np.int64))
-        windows = [node("Slice", [source, const(f"start{i}", np.array([i], np.int64)), const(f"end{i}", np.array([i + a_out], np.int64)), first], f"window{i}")
-                   for i in range(ka)]
-        stacked = node("Concat", windows, "windows", axis=4)  # channel i*C + c
-        flat = node("Reshape", [stacked, const("shape2d", np.array([-1, r1, r2, ka * c], np.int64))], "to_2d")
+        first, step = const("axis", np.array([1], np.int64)), const("step", np.array([group], np.int64))
+        # Slice i holds input position w*group + i of every window w: (N, windows, R1, R2, C).
+        shifted = [node("Slice", [source, const(f"start{i}", np.array([i], np.int64)), const(f"end{i}", np.array([i + (windows - 1) * group + 1], np.int64)), first, step], f"window{i}")
+                   for i in range(span)]
+        stacked = node("Concat", shifted, "windows", axis=4)  # channel i*C + c
+        flat = node("Reshape", [stacked, const("shape2d", np.array([-1, *(spatial[a] for a in rest), span * c], np.int64))], "to_2d")
         nchw = node("Transpose", [flat], "to_nchw", perm=[0, 3, 1, 2])
-        folded = weight.transpose(0, *(2 + a for a in order), 1).transpose(0, 1, 4, 2, 3).reshape(k, ka * c, kr1, kr2)
-        conv2d = node("Conv", [nchw, const("weight2d", folded), *conv.inputs[2:3]], "2d",
+        conv2d = node("Conv", [nchw, const("weight2d", _window_weight(weight, order, group)), *_window_bias(conv, group)], "2d",
                       pads=[pads[rest[0]], pads[rest[1]], pads[3 + rest[0]], pads[3 + rest[1]]], kernel_shape=[kr1, kr2])
         conv2d.producer().name = name  # it stands for the Conv3D: --exclude by the exported name still works
-        nhwc = node("Transpose", [conv2d], "to_nhwc", perm=[0, 2, 3, 1])
+        nhwc = node("Transpose", [conv2d], "to_nhwc", perm=[0, 2, 3, 1])  # (N*windows, R1o, R2o, group*K)
+        if group > 1:
+            split = node("Reshape", [nhwc, const("shape_groups", np.array([-1, windows, *r_out, group, k], np.int64))], "split_groups")
+            nhwc = node("Transpose", [split], "merge_groups", perm=[0, 1, 4, 2, 3, 5])  # (N, windows, group, R1o, R2o, K)
         node("Reshape", [nhwc, const("shape3d", np.array([-1, a_out, *r_out, k], np.int64))], "to_3d")  # (N, A, R1, R2, K)
         back = [0] * 5  # (N, A, R1, R2, K) -> (N, K, D, H, W)
         back[1] = 4
@@ -86,6 +110,24 @@ class FoldConv3DPass(FusionPass):
         for made in chain:
             graph.insert_before(conv, made)
         replace_nodes(graph, [conv], result)
+
+
+def _window_weight(weight: np.ndarray, order: list[int], group: int) -> np.ndarray:
+    """2D weights (group*K, span*C, kr1, kr2): output j of a window reads window positions j..j+ka-1."""
+    k, c = weight.shape[:2]
+    folded = weight.transpose(0, 1, *(2 + a for a in order))  # (K, C, ka, kr1, kr2)
+    ka = folded.shape[2]
+    out = np.zeros((group, k, ka + group - 1, c, *folded.shape[3:]), weight.dtype)
+    for j in range(group):
+        out[j, :, j:j + ka] = folded.transpose(0, 2, 1, 3, 4)
+    return out.reshape(group * k, (ka + group - 1) * c, *folded.shape[3:])
+
+
+def _window_bias(conv: ir.Node, group: int) -> list[ir.Value]:
+    if len(conv.inputs) < 3 or conv.inputs[2] is None:
+        return []
+    bias = conv.inputs[2]
+    return [bias] if group == 1 else [add_initializer(conv.graph, f"{conv.name}_bias2d", np.tile(bias.const_value.numpy(), group))]
 
 
 def _fold_axis(pads: list[int]) -> int:
