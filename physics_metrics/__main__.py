@@ -23,11 +23,12 @@ def main() -> int:
     except QuantizeError as exc:
         print(f"physics_metrics: error: {exc}", file=sys.stderr)
         return 2
-    print(f"{'Ep GeV':>7} {'n ref':>6} {'n gen':>6} {'SF shift':>9} {'max S':>6}  worst feature")
+    print(f"{'Ep GeV':>7} {'n ref':>6} {'n gen':>6} {'SF shift':>9} {'max S':>6}  {'worst feature':24} {'max S, N->inf':>13}")
     for row in result.bins:
         worst = max(row["separation"], key=row["separation"].get)
         print(f"{row['energy_gev']:7.0f} {row['showers_reference']:6d} {row['showers_generated']:6d} "
-              f"{100 * row['sampling_fraction_shift']:8.2f}% {row['separation'][worst]:6.3f}  {worst}")
+              f"{100 * row['sampling_fraction_shift']:8.2f}% {row['separation'][worst]:6.3f}  {worst:24} "
+              f"{max(row['separation_infinite_n'].values()):13.3f}")
     print(f"3DGAN combined metric: {result.combined_3dgan:.4f}")
     if args.json:
         write_text(args.json, json.dumps(result.to_dict(), indent=2))

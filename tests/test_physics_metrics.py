@@ -9,7 +9,7 @@ import pytest
 
 from models.calogan.showers import write_showers
 from physics_metrics import compare, open_showers
-from physics_metrics.compare import separation_power
+from physics_metrics.compare import extrapolated_separation, separation_power
 
 
 @pytest.fixture(scope="module")
@@ -33,6 +33,23 @@ def test_separation_power_bounds():
     h = np.array([1.0, 2.0, 3.0])
     assert separation_power(h, 2 * h) == 0.0
     assert separation_power(np.array([1.0, 0.0]), np.array([0.0, 5.0])) == pytest.approx(1.0)
+
+
+def test_extrapolation_to_infinite_n_removes_the_jitter_but_keeps_a_real_shift():
+    rng = np.random.default_rng(0)
+    x, edges = rng.normal(size=4000), np.linspace(-4, 4, 161)
+    odd = np.arange(len(x)) % 2 == 1
+
+    def halves(values):
+        return np.stack([np.histogram(values[odd == h], edges)[0] for h in (False, True)])
+
+    jittered, shifted = x + rng.normal(scale=0.05, size=len(x)), x + 0.3
+    assert separation_power(halves(x).sum(0), halves(jittered).sum(0)) > 0.01  # the same distribution reads 0.01+
+    assert abs(extrapolated_separation(halves(x), halves(jittered))) < 0.003
+    # A 0.3 sigma shift of a Gaussian separates by 0.3**2 / 4 = 0.0225 (S ~ mu^2 / 4 sigma^2); the
+    # histograms of 4000 samples read more, the extrapolation finds it.
+    assert separation_power(halves(x).sum(0), halves(shifted).sum(0)) > 0.03
+    assert extrapolated_separation(halves(x), halves(shifted)) == pytest.approx(0.0225, abs=0.005)
 
 
 def test_a_file_against_itself_is_identical(files):
@@ -78,6 +95,7 @@ def test_chunking_does_not_change_the_result(files):
     whole = compare(open_showers(a), open_showers(b), centres=(100,), chunk=1000)
     pieces = compare(open_showers(a), open_showers(b), centres=(100,), chunk=7)
     assert whole.max_separation == pytest.approx(pieces.max_separation, rel=1e-4, abs=1e-9)  # float32 summation order
+    assert whole.max_separation_infinite_n == pytest.approx(pieces.max_separation_infinite_n, rel=1e-4, abs=1e-9)
 
 
 def test_cli_reports_and_rejects_bad_files(files, tmp_path):
