@@ -26,8 +26,8 @@ CELLS = 25
 # Every edge set spans its feature's whole physical range, and values beyond the ends are
 # counted in the end bins: a histogram that drops showers compares only a tail of them (the
 # first edges stopped m2 at 30 cells^2, below most of the generator's 400 GeV showers: their
-# m2_x is 40 +- 21 %). Shower widths span decades, from a simulated shower's m2 near 1 cell^2 to a diffuse
-# generated one's 40, so m2 is binned in equal ratios (9 % per bin); the rest linearly.
+# m2_x is 40 +- 21 %). Shower widths span decades, from a simulated shower's m2 near 1 cell^2
+# to a diffuse generated one's 40, so m2 is binned in equal ratios (9 % per bin); the rest linearly.
 EDGES = {
     "sampling_fraction": np.linspace(0, 0.1, 201),
     "total_energy_over_centre": np.linspace(0, 0.1, 201),  # total energy / bin centre: SF-like
@@ -52,8 +52,7 @@ class _BinAccumulator:
 
     centre: float
     count: int = 0
-    histograms: dict = field(default_factory=dict)
-    halves: dict = field(default_factory=dict)  # the same histograms of the even- and odd-numbered showers, (2, bins)
+    halves: dict = field(default_factory=dict)  # feature -> counts (2, bins) of the even- and odd-numbered showers
     profiles: dict = field(default_factory=lambda: {a: np.zeros(CELLS) for a in AXES})
     sums: dict = field(default_factory=lambda: {name: 0.0 for name in [*MOMENTS, "sampling_fraction"]})
 
@@ -76,7 +75,10 @@ class _BinAccumulator:
         values = np.clip(values, edges[0], edges[-1])
         counts = np.stack([np.histogram(values[odd == half], edges)[0] for half in (False, True)])
         self.halves[name] = self.halves.get(name, 0) + counts
-        self.histograms[name] = self.halves[name].sum(axis=0)
+
+    @property
+    def histograms(self) -> dict:
+        return {name: counts.sum(axis=0) for name, counts in self.halves.items()}
 
     def mean(self, name: str) -> float:
         return self.sums[name] / self.count
@@ -123,7 +125,8 @@ def compare(reference: ShowerFile, generated: ShowerFile, centres=DEFAULT_BINS_G
     for ref, gen in zip(ref_bins, gen_bins):
         if not ref.count or not gen.count:
             continue
-        separation = {name: separation_power(ref.histograms[name], gen.histograms[name]) for name in ref.histograms}
+        ref_counts, gen_counts = ref.histograms, gen.histograms
+        separation = {name: separation_power(ref_counts[name], gen_counts[name]) for name in ref_counts}
         shapes = {a: (ref.profiles[a] / ref.profiles[a].sum(), gen.profiles[a] / gen.profiles[a].sum()) for a in AXES}
         separation.update({f"profile_{a}": separation_power(*shapes[a]) for a in AXES})
         moment_error = sum(abs(gen.mean(m) - ref.mean(m)) / max(abs(ref.mean(m)), 1e-12) for m in MOMENTS)
@@ -136,8 +139,7 @@ def compare(reference: ShowerFile, generated: ShowerFile, centres=DEFAULT_BINS_G
             "separation": separation,
             "separation_infinite_n": {name: extrapolated_separation(ref.halves[name], gen.halves[name]) for name in ref.halves},
             "profiles": {a: {"reference": shapes[a][0].tolist(), "generated": shapes[a][1].tolist()} for a in AXES},
-            "histograms": {name: {"reference": ref.histograms[name].tolist(), "generated": gen.histograms[name].tolist()}
-                           for name in ref.histograms},
+            "histograms": {name: {"reference": ref_counts[name].tolist(), "generated": gen_counts[name].tolist()} for name in ref_counts},
             "combined_3dgan": moment_error + profile_error,
         })
     features = rows[0]["separation"].keys() if rows else []
