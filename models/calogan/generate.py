@@ -146,18 +146,21 @@ def correct_output_bias(fp32: onnx.ModelProto, int8: onnx.ModelProto, output_con
     bias = corrected.graph.initializer[-1]
     conv.input.append(bias.name)
 
-    def energy(delta: float) -> float:
+    def set_bias(delta: float) -> None:
         bias.float_data[:] = [delta] * channels
+
+    def energy(delta: float) -> float:
+        set_bias(delta)
         return onnx_source(corrected, threads)(z, None).sum()
 
     low, high = -target / z.shape[0] / 25**3 * CELL_SCALE, 0.0  # minus the mean cell: far too much
     if energy(high) <= target:
-        bias.float_data[:] = [0.0] * channels
+        set_bias(0.0)
         return corrected
     for _ in range(steps):
         middle = (low + high) / 2
         low, high = (middle, high) if energy(middle) < target else (low, middle)
-    bias.float_data[:] = [(low + high) / 2] * channels
+    set_bias((low + high) / 2)
     return corrected
 
 

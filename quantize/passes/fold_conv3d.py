@@ -94,7 +94,10 @@ class FoldConv3DPass(FusionPass):
         stacked = node("Concat", shifted, "windows", axis=4)  # channel i*C + c
         flat = node("Reshape", [stacked, const("shape2d", np.array([-1, *(spatial[a] for a in rest), span * c], np.int64))], "to_2d")
         nchw = node("Transpose", [flat], "to_nchw", perm=[0, 3, 1, 2])
-        conv2d = node("Conv", [nchw, const("weight2d", _window_weight(weight, order, group)), *_window_bias(conv, group)], "2d",
+        bias = list(conv.inputs[2:3])
+        if group > 1 and bias and bias[0] is not None:
+            bias = [const("bias2d", np.tile(bias[0].const_value.numpy(), group))]  # output j*K + k has bias k
+        conv2d = node("Conv", [nchw, const("weight2d", _window_weight(weight, order, group)), *bias], "2d",
                       pads=[pads[rest[0]], pads[rest[1]], pads[3 + rest[0]], pads[3 + rest[1]]], kernel_shape=[kr1, kr2])
         conv2d.producer().name = name  # it stands for the Conv3D: --exclude by the exported name still works
         nhwc = node("Transpose", [conv2d], "to_nhwc", perm=[0, 2, 3, 1])  # (N*windows, R1o, R2o, group*K)
@@ -115,19 +118,12 @@ class FoldConv3DPass(FusionPass):
 def _window_weight(weight: np.ndarray, order: list[int], group: int) -> np.ndarray:
     """2D weights (group*K, span*C, kr1, kr2): output j of a window reads window positions j..j+ka-1."""
     k, c = weight.shape[:2]
-    folded = weight.transpose(0, 1, *(2 + a for a in order))  # (K, C, ka, kr1, kr2)
-    ka = folded.shape[2]
-    out = np.zeros((group, k, ka + group - 1, c, *folded.shape[3:]), weight.dtype)
+    folded = weight.transpose(0, 2 + order[0], 1, 2 + order[1], 2 + order[2])  # (K, ka, C, kr1, kr2)
+    ka, kernel_2d = folded.shape[1], folded.shape[3:]
+    out = np.zeros((group, k, ka + group - 1, c, *kernel_2d), weight.dtype)
     for j in range(group):
-        out[j, :, j:j + ka] = folded.transpose(0, 2, 1, 3, 4)
-    return out.reshape(group * k, (ka + group - 1) * c, *folded.shape[3:])
-
-
-def _window_bias(conv: ir.Node, group: int) -> list[ir.Value]:
-    if len(conv.inputs) < 3 or conv.inputs[2] is None:
-        return []
-    bias = conv.inputs[2]
-    return [bias] if group == 1 else [add_initializer(conv.graph, f"{conv.name}_bias2d", np.tile(bias.const_value.numpy(), group))]
+        out[j, :, j:j + ka] = folded
+    return out.reshape(group * k, (ka + group - 1) * c, *kernel_2d)
 
 
 def _fold_axis(pads: list[int]) -> int:
