@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from physics_metrics.features import AXES, CELL_FLOOR_GEV, projections, shower_features
-from physics_metrics.showerfile import ShowerFile
+from physics_metrics.showerfile import Showers
 
 DEFAULT_BINS_GEV = (10, 50, 100, 200, 300, 400, 490)
 HALF_WIDTH_GEV = 5.0
@@ -84,7 +84,7 @@ class _BinAccumulator:
         return self.sums[name] / self.count
 
 
-def _accumulate(showers: ShowerFile, centres, half_width: float, chunk: int) -> list[_BinAccumulator]:
+def _accumulate(showers: Showers, centres, half_width: float, chunk: int) -> list[_BinAccumulator]:
     bins = [_BinAccumulator(float(c)) for c in centres]
     start = 0
     for block, energies in showers.chunks(chunk):
@@ -118,7 +118,7 @@ def extrapolated_separation(reference_halves: np.ndarray, generated_halves: np.n
     return float(2 * whole - half)
 
 
-def compare(reference: ShowerFile, generated: ShowerFile, centres=DEFAULT_BINS_GEV, half_width: float = HALF_WIDTH_GEV, chunk: int = 500) -> Comparison:
+def compare(reference: Showers, generated: Showers, centres=DEFAULT_BINS_GEV, half_width: float = HALF_WIDTH_GEV, chunk: int = 500) -> Comparison:
     ref_bins = _accumulate(reference, centres, half_width, chunk)
     gen_bins = _accumulate(generated, centres, half_width, chunk)
     rows, metric_terms = [], []

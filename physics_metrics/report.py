@@ -13,17 +13,17 @@ import io
 import numpy as np
 
 from physics_metrics.compare import DEFAULT_BINS_GEV, EDGES, HALF_WIDTH_GEV, compare
-from physics_metrics.showerfile import ShowerFile
+from physics_metrics.showerfile import Showers
 
 PLOTTED_FEATURES = ("m1_z", "m2_z", "m2_x", "hits")
 FEATURE_LABELS = {"m1_z": "mean depth (layer)", "m2_z": "longitudinal spread (layers²)", "m2_x": "transverse spread x (cells²)",
                   "hits": "cells above threshold", "cell_log10_energy": "log10 cell energy (GeV)"}
 
 
-def physics_report(reference: ShowerFile, candidates: dict[str, ShowerFile], baseline: str,
+def physics_report(reference: Showers, candidates: dict[str, Showers], baseline: str,
                    bins=DEFAULT_BINS_GEV, half_width: float = HALF_WIDTH_GEV) -> dict:
     """Each candidate against the reference and, except the baseline itself, against the baseline."""
-    def versus(ref: ShowerFile, label: str) -> dict:
+    def versus(ref: Showers, label: str) -> dict:
         return compare(ref, candidates[label], bins, half_width).to_dict()
 
     return {

@@ -3,7 +3,7 @@ primary energy in `target[:, 1]` (GeV) or, in some files, `energy`."""
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Protocol
 
 import h5py
 import numpy as np
@@ -12,6 +12,12 @@ from quantize.atomic import atomic_path
 from quantize.errors import QuantizeError
 
 SHAPE = (25, 25, 25)
+
+
+class Showers(Protocol):
+    """Anything the comparison can stream: a shower file, or showers generated chunk by chunk."""
+
+    def chunks(self, size: int = 500) -> Iterator[tuple[np.ndarray, np.ndarray]]: ...
 
 
 @dataclass

@@ -55,8 +55,8 @@ def test_energy_range_models_route_each_shower_to_the_model_of_its_range(tmp_pat
     np.testing.assert_array_equal(mixed[[1, 3]], onnx_source(ranges.models[1])(z[[1, 3]], energies[[1, 3]]))
 
 
-def test_output_bias_correction_restores_the_mean_energy_of_fp32(tmp_path):
-    from models.calogan.generate import correct_output_bias
+def test_output_energy_correction_restores_the_mean_energy_of_fp32_from_an_excess_or_a_deficit(tmp_path):
+    from models.calogan.generate import correct_output_energy
 
     keras.utils.set_random_seed(0)
     fp32 = keras_to_onnx(generator())
@@ -64,13 +64,39 @@ def test_output_bias_correction_restores_the_mean_energy_of_fp32(tmp_path):
     z = latents(np.random.default_rng(0).uniform(50, 100, 128), seed=1)
     config = int8_config(fp32)
     int8 = quantize_(tmp_path / "g.onnx", [{"latent": z[:64]}, {"latent": z[64:]}], config).model
-    corrected = correct_output_bias(fp32, int8, config.exclude[0], z)
+    output_conv = next(n for n in int8.graph.node if n.name == config.exclude[0])
+    dimmed = onnx.ModelProto()
+    dimmed.CopyFrom(int8)
+    kernel = next(t for t in dimmed.graph.initializer if t.name == output_conv.input[1])
+    kernel.CopyFrom(onnx.numpy_helper.from_array(0.9 * onnx.numpy_helper.to_array(kernel), kernel.name))
 
     def energy(model):
         return onnx_source(model)(z, None).sum()
 
-    target, before, after = energy(fp32), energy(int8), energy(corrected)
-    assert before > target * 1.001  # rectified rounding noise adds energy
-    assert abs(after / target - 1) < 0.1 * abs(before / target - 1)
-    bias = next(i for i in corrected.graph.initializer if i.name.endswith("_bias_correction"))
+    target, excess, deficit = energy(fp32), energy(int8), energy(dimmed)
+    assert excess > target * 1.001 and deficit < target * 0.95  # rectified rounding noise adds energy
+    from_excess, from_deficit = (correct_output_energy(fp32, m, config.exclude[0], z) for m in (int8, dimmed))
+    assert abs(energy(from_excess) / target - 1) < 0.1 * abs(excess / target - 1)
+    assert energy(from_deficit) / target == pytest.approx(1, abs=1e-5)
+    bias = next(i for i in from_excess.graph.initializer if i.name.endswith("_bias_correction"))
     assert onnx.numpy_helper.to_array(bias)[0] < 0
+    assert not any(i.name.endswith("_bias_correction") for i in from_deficit.graph.initializer)
+
+
+def test_generated_showers_stream_into_a_comparison_as_their_file_would(tmp_path):
+    from models.calogan.evaluate import bin_energies
+    from models.calogan.generate import GeneratedShowers
+    from physics_metrics import compare, open_showers
+    from physics_metrics.showerfile import write_shower_file
+
+    keras.utils.set_random_seed(0)
+    fp32 = onnx_source(keras_to_onnx(generator()))
+    energies = bin_energies(10, seed=0)
+    z = latents(energies, seed=1)
+    sources = {"fp32": fp32, "brighter": lambda z, e: 1.02 * fp32(z, e)}
+    files = {name: open_showers(write_shower_file(tmp_path / f"{name}.h5", source(z, energies), energies)) for name, source in sources.items()}
+    streamed = compare(*(GeneratedShowers(source, z, energies) for source in sources.values()))
+    stored = compare(*files.values(), chunk=7)
+    assert len(streamed.bins) == 7 and all(row["showers_generated"] == 10 for row in streamed.bins)
+    assert streamed.max_separation == pytest.approx(stored.max_separation, rel=1e-4, abs=1e-9)
+    assert [row["sampling_fraction_shift"] for row in streamed.bins] == pytest.approx([0.02] * 7, abs=1e-5)

@@ -41,3 +41,33 @@ def test_trained_weights_load_into_the_float32_generator(tmp_path):
 
 def test_sampling_fraction_fit_matches_the_published_curve():
     assert sampling_fraction_fit(np.array([10.0, 500.0])) == pytest.approx([0.02182, 0.01811], abs=2e-5)
+
+
+def test_the_generator_is_judged_by_the_discriminator_in_the_mode_it_is_trained_in():
+    import keras
+
+    from models.calogan.network import discriminator, generator
+    from models.calogan.train import generator_loss, heads_loss
+
+    keras.utils.set_random_seed(0)
+    gen, disc = generator(), discriminator()
+    for layer in disc.layers:
+        if isinstance(layer, keras.layers.Dropout):
+            layer.rate = 0.0  # deterministic, so that only the BatchNorm mode can change the loss
+    energy = np.array([[0.5], [1.0], [2.0], [4.0]], np.float32)
+    latent = np.random.default_rng(0).normal(size=(4, 200)).astype(np.float32) * energy
+    expected_sum = energy * 200
+
+    def losses():
+        fake = gen(latent, training=True)  # on its batch's statistics: the same showers every call
+        return float(generator_loss(gen, disc, latent, energy, expected_sum)), \
+            float(heads_loss(disc(fake, training=False), np.ones((4, 1), np.float32), energy, expected_sum))
+
+    before, inference_before = losses()
+    for layer in disc.layers:  # moving statistics far from any batch's: only inference mode reads them
+        if isinstance(layer, keras.layers.BatchNormalization):
+            layer.moving_mean.assign(layer.moving_mean + 5.0)
+            layer.moving_variance.assign(layer.moving_variance * 50.0)
+    after, inference_after = losses()
+    assert after == pytest.approx(before, rel=1e-5)
+    assert abs(inference_after - inference_before) > 1e-3

@@ -8,6 +8,7 @@ FP32 are quantization alone. Extra generators (e.g. a rival's INT8) can be set b
 
 import tempfile
 from pathlib import Path
+
 import numpy as np
 
 from models.calogan.generate import ShowerSource, latents, onnx_source
@@ -18,6 +19,15 @@ from physics_metrics.showerfile import write_shower_file
 from physics_metrics.compare import DEFAULT_BINS_GEV, HALF_WIDTH_GEV, compare
 from physics_metrics.report import compact, physics_html, physics_report
 
+
+def bin_energies(per_bin: int, seed: int) -> np.ndarray:
+    """`per_bin` primary energies drawn uniformly in each analysis bin; a bin reaching beyond the
+    trained energies holds only its trained part."""
+    rng = np.random.default_rng(seed)
+    low, high = ENERGY_RANGE_GEV
+    return np.concatenate([rng.uniform(max(c - HALF_WIDTH_GEV, low), min(c + HALF_WIDTH_GEV, high), per_bin) for c in DEFAULT_BINS_GEV])
+
+
 class PhysicsEvaluator:
     name = "calogan"
     metric = "3DGAN metric vs simulation"
@@ -25,10 +35,7 @@ class PhysicsEvaluator:
     FP32, INT8 = "FP32", "INT8 (quantize)"
 
     def __init__(self, per_bin: int = 400, seed: int = 0, threads: int = 0, extra: dict[str, ShowerSource] | None = None):
-        rng = np.random.default_rng(seed)
-        low, high = ENERGY_RANGE_GEV  # a bin reaching beyond the trained energies holds only its trained part
-        self.energies = np.concatenate([rng.uniform(max(c - HALF_WIDTH_GEV, low), min(c + HALF_WIDTH_GEV, high), per_bin)
-                                        for c in DEFAULT_BINS_GEV])
+        self.energies = bin_energies(per_bin, seed)
         self.latents = latents(self.energies, seed + 1)
         self.threads, self.extra = threads, dict(extra or {})
         self._folder = tempfile.TemporaryDirectory(prefix="calogan-physics-")
