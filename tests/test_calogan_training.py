@@ -1,6 +1,7 @@
 """The 3DGAN training command: a few steps on simulated showers, checkpointed and resumed."""
 
 import json
+from dataclasses import asdict
 
 import numpy as np
 import pytest
@@ -71,3 +72,33 @@ def test_the_generator_is_judged_by_the_discriminator_in_the_mode_it_is_trained_
     after, inference_after = losses()
     assert after == pytest.approx(before, rel=1e-5)
     assert abs(inference_after - inference_before) > 1e-3
+
+
+def test_a_cache_is_brought_up_to_the_committed_checkpoint_of_its_recipe_only(tmp_path, monkeypatch):
+    from models.calogan.train import training_folder
+
+    recipe, other = TrainRecipe(showers=32, epochs=1, batch=16), TrainRecipe(showers=64, epochs=1, batch=16)
+    committed = tmp_path / "committed"
+    train(recipe, out_dir=committed, log=lambda *_: None)
+    monkeypatch.setenv("QUANTIZE_CACHE", str(tmp_path / "cache"))
+    assert not (training_folder(other, committed) / "state.json").exists()
+    folder = training_folder(recipe, committed)
+    assert json.loads((folder / "state.json").read_text())["step"] == 2
+    assert (folder / "generator.weights.h5").read_bytes() == (committed / "generator.weights.h5").read_bytes()
+
+    monkeypatch.setenv("QUANTIZE_CACHE", str(tmp_path / "own"))
+    train(other, minutes=0, out_dir=tmp_path / "own" / "calogan", log=lambda *_: None)  # the user's own 1 step
+    own = (tmp_path / "own" / "calogan" / "generator.weights.h5").read_bytes()
+    assert (training_folder(None, committed) / "generator.weights.h5").read_bytes() == own
+
+
+def test_the_committed_checkpoint_is_the_generator_the_models_are_built_from():
+    from models.calogan.network import generator
+    from models.calogan.train import COMMITTED_CHECKPOINT
+
+    state = json.loads((COMMITTED_CHECKPOINT / "state.json").read_text())
+    assert state["recipe"] == asdict(TrainRecipe()) and state["step"] > 0
+    model = generator()
+    model.load_weights(COMMITTED_CHECKPOINT / "generator.weights.h5")
+    showers = model(np.random.default_rng(0).normal(size=(2, 200)).astype(np.float32)).numpy()
+    assert np.isfinite(showers).all() and showers.sum() > 0

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from models.calogan.showers import write_showers
-from models.calogan.train import ENERGY_RANGE_GEV, TrainRecipe, train
+from models.calogan.train import ENERGY_RANGE_GEV, TrainRecipe, train, training_folder
 from quantize.cache import cache_dir
 from quantize.errors import QuantizeError
 
@@ -72,7 +72,7 @@ def _fp32_onnx() -> Path:
     from quantize.frontend.tensorflow import keras_to_onnx
     from quantize.modelio import save_model
 
-    folder = cache_dir("calogan")
+    folder = training_folder()
     weights, path = folder / "generator.weights.h5", folder / "generator.onnx"
     if not weights.exists():
         raise QuantizeError(weights, "no trained generator yet: run `python -m models.calogan train` first")
