@@ -1,4 +1,5 @@
 import os
+import time
 import numpy as np
 import pytest
 
@@ -38,7 +39,11 @@ def test_results_come_back_in_input_order_from_parallel_pinned_stream_processes(
 
     def make_runner(threads):
         where = (os.getpid(), tuple(sorted(os.sched_getaffinity(0))), threads)
-        return lambda batch: [(r.upper(), where) for r in batch]
+
+        def run(batch):
+            time.sleep(0.05)  # work that lasts: on a loaded machine a stream started late still gets batches
+            return [(r.upper(), where) for r in batch]
+        return run
 
     streams = min(2, len(os.sched_getaffinity(0)))
     before = os.sched_getaffinity(0)
