@@ -55,16 +55,23 @@ def test_energy_range_models_route_each_shower_to_the_model_of_its_range(tmp_pat
     np.testing.assert_array_equal(mixed[[1, 3]], onnx_source(ranges.models[1])(z[[1, 3]], energies[[1, 3]]))
 
 
-def test_the_cell_correction_restores_the_mean_energy_of_fp32_in_every_cell_from_an_excess_or_a_deficit(tmp_path):
-    from models.calogan.generate import correct_output_cells
-
+@pytest.fixture(scope="module")
+def generator_and_int8(tmp_path_factory):
+    """A random-weight generator, its INT8 model (output convolution in FP32) and the latents of both."""
+    path = tmp_path_factory.mktemp("generator") / "g.onnx"
     keras.utils.set_random_seed(0)
     fp32 = keras_to_onnx(generator())
-    onnx.save(fp32, tmp_path / "g.onnx")
-    z = latents(np.random.default_rng(0).uniform(50, 100, 128), seed=1)
-    config = int8_config(fp32)
-    int8 = quantize_(tmp_path / "g.onnx", [{"latent": z[:64]}, {"latent": z[64:]}], config).model
-    output_conv = next(n for n in int8.graph.node if n.name == config.exclude[0])
+    onnx.save(fp32, path)
+    z = latents(np.random.default_rng(0).uniform(50, 100, 256), seed=1)
+    batches = [{"latent": z[i:i + 64]} for i in range(0, len(z), 64)]
+    return fp32, quantize_(path, batches, int8_config(fp32)).model, z
+
+
+def test_the_cell_correction_restores_the_mean_energy_of_fp32_in_every_cell_from_an_excess_or_a_deficit(generator_and_int8):
+    from models.calogan.generate import correct_output_cells
+
+    fp32, int8, z = generator_and_int8
+    output_conv = next(n for n in int8.graph.node if n.name == int8_config(fp32).exclude[0])
     dimmed = onnx.ModelProto()
     dimmed.CopyFrom(int8)
     kernel = next(t for t in dimmed.graph.initializer if t.name == output_conv.input[1])
@@ -78,9 +85,36 @@ def test_the_cell_correction_restores_the_mean_energy_of_fp32_in_every_cell_from
     for model in (int8, dimmed):
         corrected = correct_output_cells(fp32, model, z)
         np.testing.assert_allclose(cells(corrected), target, rtol=1e-3, atol=1e-6 * target.max())
-    unseen = latents(np.random.default_rng(2).uniform(50, 100, 128), seed=3)  # the correction holds beyond its latents
+    unseen = latents(np.random.default_rng(2).uniform(50, 100, 256), seed=3)  # the correction holds beyond its latents
     before, after = (cells(m, unseen).sum() / cells(fp32, unseen).sum() - 1 for m in (int8, correct_output_cells(fp32, int8, z)))
     assert abs(after) < 0.2 * abs(before)
+
+
+def test_halo_cells_get_the_hits_of_fp32_that_a_bias_alone_would_lose_and_the_core_keeps_its_mean():
+    from models.calogan.generate import CELL_SCALE, _cell_maps
+    from physics_metrics.features import HIT_THRESHOLD_GEV
+
+    threshold = HIT_THRESHOLD_GEV * CELL_SCALE
+    rng = np.random.default_rng(0)
+
+    def cells(n):  # FP32 pre-activations of a halo, a core and a far cell; INT8 adds rounding noise of 3x the threshold (400 GeV: 10x)
+        fp32 = rng.normal([-threshold, 50 * threshold, -15 * threshold], [1.5 * threshold, 10 * threshold, threshold], (n, 3))
+        return fp32 + rng.normal(0, 3 * threshold, fp32.shape), np.maximum(fp32, 0)
+
+    def mapped(x, knots, slopes):
+        return sum(s * np.maximum(x - k, 0) for k, s in zip(knots, slopes))
+
+    int8, fp32 = cells(4096)
+    knots, slopes = _cell_maps(int8, fp32, steps=24)
+    np.testing.assert_allclose(mapped(int8, knots, slopes).mean(axis=0), fp32.mean(axis=0), rtol=1e-4, atol=1e-9)
+    unseen_int8, unseen_fp32 = cells(20000)
+    hits = {name: (out > threshold).mean(axis=0) for name, out in (
+        ("fp32", unseen_fp32), ("mapped", mapped(unseen_int8, knots, slopes)), ("bias only", mapped(unseen_int8, knots[:1], slopes[:1])))}
+    assert 0.05 < hits["fp32"][0] < 0.5 and hits["fp32"][1] == 1 and hits["fp32"][2] == 0
+    shift = {name: hits[name][0] / hits["fp32"][0] - 1 for name in ("mapped", "bias only")}
+    assert abs(shift["mapped"]) < 0.05 and abs(shift["bias only"]) > 0.2  # the halo: quantile to quantile
+    assert slopes[1:, 1:].max() == 0 and hits["mapped"][2] == 0  # core and far cell: one bias or gain
+    assert mapped(unseen_int8, knots, slopes)[:, 1].mean() == pytest.approx(unseen_fp32[:, 1].mean(), rel=2e-3)
 
 
 def test_generated_showers_stream_into_a_comparison_as_their_file_would(tmp_path):
