@@ -21,7 +21,8 @@ def _run(module: str, *args, cache=None):
 def test_train_quantize_generate_compare(tmp_path):
     cache = tmp_path / "cache"
     assert _run("models.calogan", "train", "--showers", "32", "--batch", "16", "--epochs", "1", cache=cache).returncode == 0
-    run = _run("models.calogan", "quantize", "--ranges", "2", cache=cache)
+    assert _run("models.calogan", "quantize", "--samples", "10", cache=cache).returncode == 2
+    run = _run("models.calogan", "quantize", "--ranges", "2", "--samples", "256", cache=cache)
     assert run.returncode == 0, run.stderr
     manifest = json.loads((cache / "calogan" / "int8" / "ranges.json").read_text())
     assert manifest["edges_gev"] == pytest.approx([10.0, 500 ** 0.5 * 10 ** 0.5, 500.0])

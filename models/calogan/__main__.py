@@ -2,7 +2,7 @@
 
     simulate --showers N -o FILE.h5           showers from the detector simulator
     train [--minutes M]                        train (or resume) the generator into the cache
-    quantize [--ranges K] [-o DIR]             INT8 generators, one per energy range, from the cached training
+    quantize [--ranges K] [--samples N] [-o DIR]  INT8 generators, one per energy range, from the cached training
     generate -o FILE.h5 [--int8 DIR]           showers from the FP32 (or INT8) generator, 3DGAN layout
 """
 
@@ -34,6 +34,7 @@ def main() -> int:
     fit.add_argument("--batch", type=int, default=TrainRecipe.batch, help="default %(default)s (published)")
     q = sub.add_parser("quantize", help="INT8 generators, one per primary-energy range, from the cached training")
     q.add_argument("--ranges", type=int, default=8, help="energy ranges of equal ratio over the trained 10-500 GeV (default 8)")
+    q.add_argument("--samples", type=int, default=4096, help="latents per range for calibration and the output cell correction (default 4096)")
     q.add_argument("-o", "--output", type=Path, default=None, help="folder (default: $QUANTIZE_CACHE/calogan/int8)")
     gen = sub.add_parser("generate", help="showers from the cached generator into a 3DGAN-layout HDF5 file")
     gen.add_argument("-o", "--output", type=Path, required=True)
@@ -84,11 +85,11 @@ def _fp32_onnx() -> Path:
 def _quantize(args) -> int:
     from models.calogan.generate import energy_edges, quantize_by_energy
 
-    if args.ranges < 1:
-        print("python -m models.calogan: error: --ranges must be at least 1", file=sys.stderr)
+    if args.ranges < 1 or args.samples < 64:
+        print("python -m models.calogan: error: --ranges must be at least 1 and --samples at least 64 (one batch)", file=sys.stderr)
         return 2
     out = args.output or cache_dir("calogan") / "int8"
-    models = quantize_by_energy(_fp32_onnx(), energy_edges(args.ranges))
+    models = quantize_by_energy(_fp32_onnx(), energy_edges(args.ranges), samples=args.samples)
     models.save(out)
     edges = ", ".join(f"{e:.0f}" for e in models.edges)
     print(f"wrote {len(models.models)} INT8 generators to {out} (energy edges {edges} GeV)")
