@@ -91,30 +91,28 @@ def test_the_cell_correction_restores_the_mean_energy_of_fp32_in_every_cell_from
 
 
 def test_halo_cells_get_the_hits_of_fp32_that_a_bias_alone_would_lose_and_the_core_keeps_its_mean():
-    from models.calogan.generate import CELL_SCALE, _cell_maps
+    from models.calogan.generate import CELL_SCALE, _cell_corrections, _cell_maps, apply_cell_maps
     from physics_metrics.features import HIT_THRESHOLD_GEV
 
     threshold = HIT_THRESHOLD_GEV * CELL_SCALE
     rng = np.random.default_rng(0)
 
-    def cells(n):  # FP32 pre-activations of a halo, a core and a far cell; INT8 adds rounding noise of 3x the threshold (400 GeV: 10x)
-        fp32 = rng.normal([-threshold, 50 * threshold, -15 * threshold], [1.5 * threshold, 10 * threshold, threshold], (n, 3))
-        return fp32 + rng.normal(0, 3 * threshold, fp32.shape), np.maximum(fp32, 0)
-
-    def mapped(x, knots, slopes):
-        return sum(s * np.maximum(x - k, 0) for k, s in zip(knots, slopes))
+    def cells(n):  # FP32 pre-activations of a halo, a core and a far cell; INT8 adds rounding noise of 5x the threshold (400 GeV: 8x)
+        fp32 = rng.normal([-threshold, 50 * threshold, -30 * threshold], [1.5 * threshold, 10 * threshold, threshold], (n, 3))
+        return fp32 + rng.normal(0, 5 * threshold, fp32.shape), np.maximum(fp32, 0)
 
     int8, fp32 = cells(4096)
     knots, slopes = _cell_maps(int8, fp32, steps=24)
-    np.testing.assert_allclose(mapped(int8, knots, slopes).mean(axis=0), fp32.mean(axis=0), rtol=1e-4, atol=1e-9)
+    gain, bias = _cell_corrections(int8, fp32.mean(axis=0), steps=24)
+    np.testing.assert_allclose(apply_cell_maps(int8, knots, slopes).mean(axis=0), fp32.mean(axis=0), rtol=1e-4, atol=1e-9)
     unseen_int8, unseen_fp32 = cells(20000)
     hits = {name: (out > threshold).mean(axis=0) for name, out in (
-        ("fp32", unseen_fp32), ("mapped", mapped(unseen_int8, knots, slopes)), ("bias only", mapped(unseen_int8, knots[:1], slopes[:1])))}
+        ("fp32", unseen_fp32), ("mapped", apply_cell_maps(unseen_int8, knots, slopes)), ("bias only", np.maximum(gain * unseen_int8 + bias, 0)))}
     assert 0.05 < hits["fp32"][0] < 0.5 and hits["fp32"][1] == 1 and hits["fp32"][2] == 0
     shift = {name: hits[name][0] / hits["fp32"][0] - 1 for name in ("mapped", "bias only")}
     assert abs(shift["mapped"]) < 0.05 and abs(shift["bias only"]) > 0.2  # the halo: quantile to quantile
     assert slopes[1:, 1:].max() == 0 and hits["mapped"][2] == 0  # core and far cell: one bias or gain
-    assert mapped(unseen_int8, knots, slopes)[:, 1].mean() == pytest.approx(unseen_fp32[:, 1].mean(), rel=2e-3)
+    assert apply_cell_maps(unseen_int8, knots, slopes)[:, 1].mean() == pytest.approx(unseen_fp32[:, 1].mean(), rel=2e-3)
 
 
 def test_generated_showers_stream_into_a_comparison_as_their_file_would(tmp_path):
