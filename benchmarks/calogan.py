@@ -23,9 +23,10 @@ import onnx
 from benchmarks.results import RESULTS, write_results
 from benchmarks.rivals import TFLiteRunner, ort_quantize_static, tflite_full_int8
 from models.calogan.evaluate import PhysicsEvaluator, bin_energies
-from models.calogan.generate import (CELL_SCALE, GeneratedShowers, ShowerSource, energy_edges, int8_config, latents, onnx_source,
+from models.calogan.generate import (GeneratedShowers, ShowerSource, energy_edges, int8_config, latents, onnx_source,
                                      quantize_by_energy, trained_generator)
 from models.calogan.network import LATENT
+from models.calogan.train import CELL_SCALE
 from physics_metrics import compare
 from physics_metrics.report import max_sf_shift, worst_separation
 from quantize import quantize_

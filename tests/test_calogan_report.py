@@ -13,6 +13,8 @@ pytest.importorskip("matplotlib")
 from models.calogan.evaluate import PhysicsEvaluator  # noqa: E402
 from models.calogan.generate import int8_config, latents, onnx_source  # noqa: E402
 from models.calogan.network import generator  # noqa: E402
+from models.calogan.train import CELL_SCALE  # noqa: E402
+from physics_metrics.features import HIT_THRESHOLD_GEV  # noqa: E402
 from quantize import quantize_, report  # noqa: E402
 from quantize.frontend.tensorflow import keras_to_onnx  # noqa: E402
 
@@ -67,8 +69,8 @@ def generator_and_int8(tmp_path_factory):
     return fp32, quantize_(path, batches, int8_config(fp32)).model, z
 
 
-def test_the_cell_correction_restores_the_mean_energy_of_fp32_in_every_cell_from_an_excess_or_a_deficit(generator_and_int8):
-    from models.calogan.generate import correct_output_cells
+def test_the_cell_correction_restores_fp32s_energy_from_an_excess_or_a_deficit_and_the_graph_computes_its_numpy_twin(generator_and_int8):
+    from models.calogan.generate import final_relu_inputs, output_cell_maps
 
     fp32, int8, z = generator_and_int8
     output_conv = next(n for n in int8.graph.node if n.name == int8_config(fp32).exclude[0])
@@ -77,22 +79,24 @@ def test_the_cell_correction_restores_the_mean_energy_of_fp32_in_every_cell_from
     kernel = next(t for t in dimmed.graph.initializer if t.name == output_conv.input[1])
     kernel.CopyFrom(onnx.numpy_helper.from_array(0.9 * onnx.numpy_helper.to_array(kernel), kernel.name))
 
-    def cells(model, latent=z):
-        return onnx_source(model)(latent, None).mean(axis=0)
+    def energy(model, latent=z):
+        return onnx_source(model)(latent, None).sum()
 
-    target = cells(fp32)
-    assert cells(int8).sum() > 1.001 * target.sum() and cells(dimmed).sum() < 0.95 * target.sum()  # rectified noise; dimmed
+    target = energy(fp32)
+    assert energy(int8) > 1.001 * target and energy(dimmed) < 0.95 * target  # rectified noise; dimmed
+    unseen = latents(np.random.default_rng(2).uniform(50, 100, 256), seed=3)
     for model in (int8, dimmed):
-        corrected = correct_output_cells(fp32, model, z)
-        np.testing.assert_allclose(cells(corrected), target, rtol=1e-3, atol=1e-6 * target.max())
-    unseen = latents(np.random.default_rng(2).uniform(50, 100, 256), seed=3)  # the correction holds beyond its latents
-    before, after = (cells(m, unseen).sum() / cells(fp32, unseen).sum() - 1 for m in (int8, correct_output_cells(fp32, int8, z)))
-    assert abs(after) < 0.2 * abs(before)
+        maps = output_cell_maps(fp32, model, z)
+        corrected = maps.replace_relu(model)
+        assert energy(corrected) == pytest.approx(target, rel=1e-3)
+        twin = maps.apply(final_relu_inputs(model, unseen).reshape(len(unseen), -1), unseen)
+        np.testing.assert_allclose(onnx_source(corrected)(unseen, None).reshape(len(unseen), -1), twin / CELL_SCALE, rtol=1e-4, atol=1e-7)
+        before, after = (energy(m, unseen) / energy(fp32, unseen) - 1 for m in (model, corrected))  # beyond its latents
+        assert abs(after) < 0.2 * abs(before)
 
 
 def test_halo_cells_get_the_hits_of_fp32_that_a_bias_alone_would_lose_and_the_core_keeps_its_mean():
-    from models.calogan.generate import CELL_SCALE, _cell_corrections, _cell_maps, apply_cell_maps
-    from physics_metrics.features import HIT_THRESHOLD_GEV
+    from models.calogan.cell_maps import _cell_corrections, _single_map, apply_cell_map
 
     threshold = HIT_THRESHOLD_GEV * CELL_SCALE
     rng = np.random.default_rng(0)
@@ -102,17 +106,40 @@ def test_halo_cells_get_the_hits_of_fp32_that_a_bias_alone_would_lose_and_the_co
         return fp32 + rng.normal(0, 5 * threshold, fp32.shape), np.maximum(fp32, 0)
 
     int8, fp32 = cells(4096)
-    knots, slopes = _cell_maps(int8, fp32, steps=24)
+    knots, slopes = _single_map(int8, fp32, threshold, steps=24)
     gain, bias = _cell_corrections(int8, fp32.mean(axis=0), steps=24)
-    np.testing.assert_allclose(apply_cell_maps(int8, knots, slopes).mean(axis=0), fp32.mean(axis=0), rtol=1e-4, atol=1e-9)
+    np.testing.assert_allclose(apply_cell_map(int8, knots, slopes).mean(axis=0), fp32.mean(axis=0), rtol=1e-4, atol=1e-9)
     unseen_int8, unseen_fp32 = cells(20000)
     hits = {name: (out > threshold).mean(axis=0) for name, out in (
-        ("fp32", unseen_fp32), ("mapped", apply_cell_maps(unseen_int8, knots, slopes)), ("bias only", np.maximum(gain * unseen_int8 + bias, 0)))}
+        ("fp32", unseen_fp32), ("mapped", apply_cell_map(unseen_int8, knots, slopes)), ("bias only", np.maximum(gain * unseen_int8 + bias, 0)))}
     assert 0.05 < hits["fp32"][0] < 0.5 and hits["fp32"][1] == 1 and hits["fp32"][2] == 0
     shift = {name: hits[name][0] / hits["fp32"][0] - 1 for name in ("mapped", "bias only")}
     assert abs(shift["mapped"]) < 0.05 and abs(shift["bias only"]) > 0.2  # the halo: quantile to quantile
     assert slopes[1:, 1:].max() == 0 and hits["mapped"][2] == 0  # core and far cell: one bias or gain
-    assert apply_cell_maps(unseen_int8, knots, slopes)[:, 1].mean() == pytest.approx(unseen_fp32[:, 1].mean(), rel=2e-3)
+    assert apply_cell_map(unseen_int8, knots, slopes)[:, 1].mean() == pytest.approx(unseen_fp32[:, 1].mean(), rel=2e-3)
+
+
+def test_maps_blended_by_the_latent_norm_follow_the_energy_across_a_range_where_one_map_drifts():
+    from models.calogan.cell_maps import _single_map, apply_cell_map, fit_cell_maps
+
+    threshold = HIT_THRESHOLD_GEV * CELL_SCALE
+    rng = np.random.default_rng(0)
+
+    def cells(energies):  # a halo and a core cell growing with the energy; INT8's noise fixed by the range's scales
+        z = latents(energies, seed=int(rng.integers(1 << 31)))
+        fp32 = rng.normal([-threshold, 30 * threshold], [1.5 * threshold, 5 * threshold], (len(z), 2)) * (energies / 250)[:, None]
+        return z, fp32 + rng.normal(0, 5 * threshold, fp32.shape), np.maximum(fp32, 0)
+
+    z, int8, fp32 = cells(np.exp(rng.uniform(np.log(188), np.log(307), 4096)))
+    maps = fit_cell_maps(int8[:, None, :], fp32, z, threshold)
+    assert maps.cell_shape == (1, 2)
+    one_map = _single_map(int8, fp32, threshold, steps=24)
+    for low, high in ((188, 198), (297, 307)):  # the range's ends, unseen showers
+        z, int8, fp32 = cells(rng.uniform(low, high, 20000))
+        error = {name: np.abs(out.mean(axis=0) / fp32.mean(axis=0) - 1) for name, out in (
+            ("one map", apply_cell_map(int8, *one_map)), ("blended", maps.apply(int8, z)))}
+        assert error["one map"][0] > 0.1 and error["blended"][0] < 0.5 * error["one map"][0], error  # the halo's rectified noise drifts
+        assert error["blended"][1] < 0.01, error  # the core has no drift: the blend keeps its mean
 
 
 def test_generated_showers_stream_into_a_comparison_as_their_file_would(tmp_path):

@@ -18,8 +18,9 @@ from typing import Callable
 import numpy as np
 import onnx
 
+from models.calogan.cell_maps import CellMaps, fit_cell_maps, output_relu
 from models.calogan.network import LATENT, generator
-from models.calogan.train import ENERGY_RANGE_GEV, training_folder
+from models.calogan.train import CELL_SCALE, ENERGY_RANGE_GEV, training_folder
 from physics_metrics.features import HIT_THRESHOLD_GEV
 from quantize import QuantConfig, quantize_
 from quantize.atomic import write_text
@@ -28,10 +29,7 @@ from quantize.frontend.onnx_file import load_onnx
 from quantize.modelio import save_model
 from quantize.runtime import run_batches, session
 
-CELL_SCALE = 100.0  # the generator's cells are GeV x 100
 CALIBRATION_SAMPLES = 256
-HALO_HIT_PROBABILITY = (0.01, 0.5)
-QUANTILE_LEVELS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.97)
 
 
 def trained_generator():
@@ -137,7 +135,8 @@ def quantize_by_energy(fp32_path: Path, edges: np.ndarray, samples: int = 4096, 
     """One INT8 model per energy range, each calibrated on latents of its range and, with
     `correct_cells`, its output cells corrected towards FP32's on `samples` of them. The ranges
     are calibrated on the first CALIBRATION_SAMPLES (more were no better, ad hoc); the cell
-    correction needs all: 4096 latents halved the m2_x separation that 1024 left at 50 GeV (ad hoc)."""
+    correction needs all: 4096 latents halved the m2_x separation that 1024 left at 50 GeV (ad hoc,
+    one map per range; now each half of the range's latents gets its own map)."""
     model = onnx.load(fp32_path)
     config = int8_config(model, threads, **overrides)
     models = []
@@ -146,123 +145,24 @@ def quantize_by_energy(fp32_path: Path, edges: np.ndarray, samples: int = 4096, 
         z = latents(np.exp(rng.uniform(np.log(low), np.log(high), samples)), seed=int(rng.integers(1 << 31)))
         calibration = z[:CALIBRATION_SAMPLES]
         int8 = quantize_(fp32_path, [{"latent": calibration[j:j + 64]} for j in range(0, len(calibration), 64)], config).model
-        models.append(correct_output_cells(model, int8, z, threads) if correct_cells else int8)
+        models.append(output_cell_maps(model, int8, z, threads).replace_relu(int8) if correct_cells else int8)
     return EnergyRangeModels(np.asarray(edges, float), models)
 
 
-def correct_output_cells(fp32: onnx.ModelProto, int8: onnx.ModelProto, z: np.ndarray, threads: int = 0,
-                         steps: int = 24) -> onnx.ModelProto:
-    """`int8` with its final ReLU replaced by a monotone map of each cell, fitted on latents `z`
-    so that every cell's mean energy equals FP32's. The INT8 layers' rounding noise, rectified
-    by that ReLU, adds energy where FP32 leaves cells empty and widens the showers (measured: 2.3 %
-    of the energy in such cells, m2_x +13 %, after a correction of the total energy alone); its
-    spread is comparable to the 0.2 MeV hit threshold, so it also decides which cells are hit.
-    Halo cells, hit in HALO_HIT_PROBABILITY of FP32's showers, are mapped quantile to quantile
-    onto FP32's cell energies: hits and spectrum follow FP32 there (ad hoc: hits -17 % -> -3.5 %
-    at 400 GeV fitted on 4096 latents, +9 % -> +1.7 % at 10 GeV on 1024). The core and the far
-    field, where quantiles are unstable (per-shower fluctuations; a few hits in 4096), keep a
-    bias (excess) or a gain (deficit), exact because ReLU(g x) = g ReLU(x) for g > 0."""
-    relu = _output_relu(int8)
+def output_cell_maps(fp32: onnx.ModelProto, int8: onnx.ModelProto, z: np.ndarray, threads: int = 0) -> CellMaps:
+    """The cell maps (models/calogan/cell_maps.py) that bring `int8`'s cells to FP32's, fitted on
+    latents `z` of one energy range: `.replace_relu(int8)` is the corrected model."""
     target = onnx_source(fp32, threads)(z, None).reshape(len(z), -1) * CELL_SCALE
+    return fit_cell_maps(final_relu_inputs(int8, z, threads), target, z, HIT_THRESHOLD_GEV * CELL_SCALE)
+
+
+def final_relu_inputs(model: onnx.ModelProto, z: np.ndarray, threads: int = 0) -> np.ndarray:
+    """What the generator's final ReLU receives for latents `z`: (N, *cell shape)."""
     probe = onnx.ModelProto()
-    probe.CopyFrom(int8)
-    probe.graph.output.append(onnx.ValueInfoProto(name=relu.input[0]))
+    probe.CopyFrom(model)
+    probe.graph.output.append(onnx.ValueInfoProto(name=output_relu(model).input[0]))
     sess = session(probe, threads)
-    pre = run_batches(sess, {sess.get_inputs()[0].name: z}, 64)[1]
-    cells = pre.reshape(len(z), -1)
-    if cells.shape[1] != target.shape[1]:
-        raise QuantizeError("generator", f"the final ReLU's input has {cells.shape[1]} cells per shower, the output {target.shape[1]}")
-    knots, slopes = _cell_maps(cells, target, steps)
-    shape = [len(knots), 1, *pre.shape[1:]]
-    corrected = onnx.ModelProto()
-    corrected.CopyFrom(int8)
-    corrected.graph.initializer.extend([onnx.numpy_helper.from_array(knots.reshape(shape), "output_cell_knots"),
-                                        onnx.numpy_helper.from_array(slopes.reshape(shape), "output_cell_slopes"),
-                                        onnx.numpy_helper.from_array(np.array([0], np.int64), "output_cell_knot_axis")])
-    node = next(n for n in corrected.graph.node if n.name == relu.name)
-    index = list(corrected.graph.node).index(node)
-    corrected.graph.node.remove(node)
-    make = onnx.helper.make_node
-    for offset, step in enumerate([  # sum_k slope_k ReLU(x - knot_k): one ReLU per knot, summed over the knot axis
-            make("Sub", [relu.input[0], "output_cell_knots"], ["output_cell_offsets"], name="output_cell_offsets"),
-            make("Relu", ["output_cell_offsets"], ["output_cell_ramps"], name="output_cell_ramps"),
-            make("Mul", ["output_cell_ramps", "output_cell_slopes"], ["output_cell_terms"], name="output_cell_terms"),
-            make("ReduceSum", ["output_cell_terms", "output_cell_knot_axis"], [relu.output[0]], name=relu.name, keepdims=0)]):
-        corrected.graph.node.insert(index + offset, step)
-    return corrected
-
-
-def _cell_maps(cells: np.ndarray, target: np.ndarray, steps: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per cell (column of `cells`, the pre-activations of N showers; `target`, FP32's energies of
-    the same showers) the map sum_k slopes_k ReLU(x - knots_k), as (knots, slopes) of (K, cells)."""
-    mean = target.mean(axis=0)
-    gain, bias = _cell_corrections(cells, mean, steps)
-    knots = np.zeros((len(QUANTILE_LEVELS), cells.shape[1]), np.float32)
-    slopes = np.zeros_like(knots)
-    knots[0], slopes[0] = -bias / gain, gain  # ReLU(g x + b) = g ReLU(x + b / g)
-    hit = (target > HIT_THRESHOLD_GEV * CELL_SCALE).mean(axis=0)
-    halo = (hit > HALO_HIT_PROBABILITY[0]) & (hit < HALO_HIT_PROBABILITY[1])
-    halo_knots, halo_slopes = _quantile_maps(cells[:, halo], target[:, halo])
-    mapped = apply_cell_maps(cells[:, halo], halo_knots, halo_slopes).mean(axis=0)
-    halo_slopes *= np.where(mapped > 0, mean[halo] / np.where(mapped > 0, mapped, 1), 1)  # the mean exactly
-    knots[:, halo], slopes[:, halo] = halo_knots, halo_slopes
-    return knots, slopes
-
-
-def apply_cell_maps(cells: np.ndarray, knots: np.ndarray, slopes: np.ndarray) -> np.ndarray:
-    """The maps of `_cell_maps` on pre-activations (N, cells), in numpy: what the graph computes."""
-    return sum(s * np.maximum(cells - k, 0) for k, s in zip(knots, slopes))
-
-
-def _cell_corrections(cells: np.ndarray, target: np.ndarray, steps: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per cell (column of `cells`, the pre-activations of N showers) a gain or a bias so that
-    mean(ReLU(gain x + bias)) = target: a gain where the mean is short, a bias where it is over."""
-    mean = np.maximum(cells, 0).mean(axis=0)
-    short = (mean < target) & (mean > 0)
-    gain = np.where(short, target / np.where(short, mean, 1), 1).astype(np.float32)
-    over = mean > target
-    low, high = np.where(over, -cells.max(axis=0), 0), np.zeros(cells.shape[1])  # mean(ReLU(x + low)) = 0
-    for _ in range(steps):
-        middle = (low + high) / 2
-        too_little = np.maximum(cells + middle, 0).mean(axis=0) < target
-        low, high = np.where(too_little, middle, low), np.where(too_little, high, middle)
-    return gain, np.where(over, (low + high) / 2, 0).astype(np.float32)
-
-
-def _quantile_maps(cells: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Per column, the piecewise-linear map of `cells`' quantiles onto `target`'s: zero up to the
-    quantile of target's empty fraction, then through the QUANTILE_LEVELS of the non-empty rest."""
-    empty = (target <= 0).mean(axis=0)
-    levels = empty + (1 - empty) * np.asarray(QUANTILE_LEVELS)[:, None]
-    knots = _column_quantiles(np.sort(cells, axis=0), levels)
-    values = _column_quantiles(np.sort(target, axis=0), levels)
-    values[0] = 0
-    knots = np.maximum.accumulate(knots, axis=0) + np.arange(len(knots))[:, None] * 1e-6  # strictly increasing
-    segment = np.diff(values, axis=0) / np.diff(knots, axis=0)
-    segment = np.concatenate([segment, segment[-1:]])  # the last segment extends upwards
-    return knots, np.diff(segment, axis=0, prepend=0)
-
-
-def _column_quantiles(ordered: np.ndarray, levels: np.ndarray) -> np.ndarray:
-    """Linear-interpolated quantiles at `levels` (K, columns) of each column of `ordered` (sorted)."""
-    position = levels * (len(ordered) - 1)
-    below = np.floor(position).astype(int)
-    above = np.minimum(below + 1, len(ordered) - 1)
-    columns = np.arange(ordered.shape[1])
-    weight = position - below
-    return ordered[below, columns] * (1 - weight) + ordered[above, columns] * weight
-
-
-def _output_relu(model: onnx.ModelProto) -> onnx.NodeProto:
-    """The ReLU that makes the generator's output, reached back from it through reshapes only
-    (which keep the cells' order)."""
-    producers = {o: n for n in model.graph.node for o in n.output}
-    node = producers.get(model.graph.output[0].name)
-    while node is not None and node.op_type in ("Reshape", "Identity", "Flatten"):
-        node = producers.get(node.input[0])
-    if node is None or node.op_type != "Relu":
-        raise QuantizeError("generator", "its output is not a ReLU followed by reshapes only: no cell correction possible")
-    return node
+    return run_batches(sess, {sess.get_inputs()[0].name: z}, 64)[1]
 
 
 def int8_config(model: onnx.ModelProto, threads: int = 0, **overrides) -> QuantConfig:
