@@ -56,14 +56,26 @@ class CellMaps:
 
     def replace_relu(self, model: onnx.ModelProto) -> onnx.ModelProto:
         """A copy of `model` (its first input the latent) whose final ReLU computes `apply`."""
-        relu, shape = output_relu(model), self.cell_shape
-        ones = [1] * len(shape)
+        relu = output_relu(model)
+        blend_constants, blend = self._blend_steps(model.graph.input[0].name)
+        map_constants, maps = self._map_steps(relu.input[0], relu.output[0])
+        for step in blend + maps:
+            step.name = relu.name if step.output[0] == relu.output[0] else step.output[0]
+        corrected = onnx.ModelProto()
+        corrected.CopyFrom(model)
+        corrected.graph.initializer.extend(onnx.numpy_helper.from_array(v, name) for name, v in {**blend_constants, **map_constants}.items())
+        nodes = list(corrected.graph.node)
+        index = next(i for i, n in enumerate(nodes) if n.name == relu.name)
+        del corrected.graph.node[:]
+        corrected.graph.node.extend(nodes[:index] + blend + maps + nodes[index + 1:])
+        return corrected
+
+    def _blend_steps(self, latent: str):
+        """Constants and nodes computing `blend` of each latent as weights [1 - w, w] of shape (2, N, 1...)."""
         low, high = self.log_norms
+        ones = [1] * len(self.cell_shape)
         constants = {
-            "cell_map_knots": self.knots.reshape(*self.knots.shape[:2], 1, *shape).astype(np.float32),  # the batch at axis 2
-            "cell_map_slopes": self.slopes.reshape(*self.slopes.shape[:2], 1, *shape).astype(np.float32),
-            "cell_map_latent_axis": np.array([1], np.int64), "cell_map_knot_axis": np.array([1], np.int64),
-            "cell_map_which_axis": np.array([0], np.int64),
+            "cell_map_latent_axis": np.array([1], np.int64),
             "cell_map_norm_scale": np.array(0.5 / (high - low), np.float32),  # log |z| = log(sum z^2) / 2
             "cell_map_norm_offset": np.array(low / (high - low), np.float32),
             "cell_map_blend_min": np.array(BLEND_LIMITS[0], np.float32), "cell_map_blend_max": np.array(BLEND_LIMITS[1], np.float32),
@@ -71,10 +83,8 @@ class CellMaps:
             "cell_map_blend_sign": np.array([-1, 1], np.float32).reshape(2, 1, *ones),
             "cell_map_blend_base": np.array([1, 0], np.float32).reshape(2, 1, *ones),
         }
-        latent = model.graph.input[0].name
         make = onnx.helper.make_node
-        steps = [
-            # the blend weight of each latent, as (1, N, 1...) and then (2, N, 1...): [1 - w, w]
+        return constants, [
             make("Mul", [latent, latent], ["cell_map_latent_squares"]),
             make("ReduceSum", ["cell_map_latent_squares", "cell_map_latent_axis"], ["cell_map_latent_norm2"], keepdims=0),
             make("Log", ["cell_map_latent_norm2"], ["cell_map_log_norm2"]),
@@ -84,26 +94,26 @@ class CellMaps:
             make("Reshape", ["cell_map_blend", "cell_map_blend_shape"], ["cell_map_blend_column"]),
             make("Mul", ["cell_map_blend_column", "cell_map_blend_sign"], ["cell_map_signed_blend"]),
             make("Add", ["cell_map_signed_blend", "cell_map_blend_base"], ["cell_map_weights"]),
-            # each map, sum_k slope_k ReLU(x - knot_k): (2, K, N, cells...) summed over the knots
-            make("Sub", [relu.input[0], "cell_map_knots"], ["cell_map_offsets"]),
+        ]
+
+    def _map_steps(self, cells: str, output: str):
+        """Constants and nodes computing both maps at once, (2, K, N, cells...) summed over the
+        knots, weighted by the blend, summed, and held at 0 where the blend extrapolates."""
+        def stacked(values):  # (2, K, 1, *cell_shape): the batch broadcasts at axis 2
+            return values.reshape(*values.shape[:2], 1, *self.cell_shape).astype(np.float32)
+
+        constants = {"cell_map_knots": stacked(self.knots), "cell_map_slopes": stacked(self.slopes),
+                     "cell_map_knot_axis": np.array([1], np.int64), "cell_map_which_axis": np.array([0], np.int64)}
+        make = onnx.helper.make_node
+        return constants, [
+            make("Sub", [cells, "cell_map_knots"], ["cell_map_offsets"]),
             make("Relu", ["cell_map_offsets"], ["cell_map_ramps"]),
             make("Mul", ["cell_map_ramps", "cell_map_slopes"], ["cell_map_terms"]),
             make("ReduceSum", ["cell_map_terms", "cell_map_knot_axis"], ["cell_map_values"], keepdims=0),
-            # blended, and clamped at 0 where the blend extrapolates
             make("Mul", ["cell_map_values", "cell_map_weights"], ["cell_map_weighted"]),
             make("ReduceSum", ["cell_map_weighted", "cell_map_which_axis"], ["cell_map_blended"], keepdims=0),
-            make("Relu", ["cell_map_blended"], [relu.output[0]]),
+            make("Relu", ["cell_map_blended"], [output]),
         ]
-        corrected = onnx.ModelProto()
-        corrected.CopyFrom(model)
-        corrected.graph.initializer.extend(onnx.numpy_helper.from_array(v, name) for name, v in constants.items())
-        nodes = list(corrected.graph.node)
-        index = next(i for i, n in enumerate(nodes) if n.name == relu.name)
-        for step in steps:
-            step.name = relu.name if step.output[0] == relu.output[0] else step.output[0]
-        del corrected.graph.node[:]
-        corrected.graph.node.extend(nodes[:index] + steps + nodes[index + 1:])
-        return corrected
 
 
 def fit_cell_maps(pre: np.ndarray, target: np.ndarray, z: np.ndarray, hit_threshold: float, steps: int = 24) -> CellMaps:
@@ -115,7 +125,7 @@ def fit_cell_maps(pre: np.ndarray, target: np.ndarray, z: np.ndarray, hit_thresh
         raise QuantizeError("generator", f"the final ReLU's input has {cells.shape[1]} cells per shower, the output {target.shape[1]}")
     norms = _log_norm(z)
     upper = norms > np.median(norms)
-    if upper.all() or not upper.any():
+    if not upper.any():
         raise QuantizeError("generator", "the latents of a range all have the same norm: no energy to blend the cell maps over")
     halves = [_single_map(cells[rows], target[rows], hit_threshold, steps) for rows in (~upper, upper)]
     return CellMaps(np.stack([h[0] for h in halves]), np.stack([h[1] for h in halves]),
