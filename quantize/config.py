@@ -17,6 +17,7 @@ class QuantConfig:
     threads: int = 0  # ONNX Runtime intra-op threads; 0 = all cores
     activation_matmuls: bool = True  # also MatMuls of two activations (attention scores, context)
     smooth_alpha: float | None = None  # move activation outliers into GEMM weights (SmoothQuant)
+    wide_outputs: tuple[str, ...] = ()  # Conv nodes whose output, read by FP32 ops only, gets 4 more bits near 0 (passes/widen_output.py)
 
     @classmethod
     def transformer(cls, **overrides) -> "QuantConfig":

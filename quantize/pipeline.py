@@ -78,6 +78,7 @@ def quantize_(model_path, calib, config: QuantConfig = QuantConfig(), image_prep
 
     graph = ir.serde.deserialize_model(clean)
     nodes = select_nodes(graph, config.exclude, config.activation_matmuls)
+    _check_wide_outputs(graph, nodes, config.wide_outputs, model_path)
     start = time.perf_counter()
     if config.smooth_alpha is not None:
         clean, scaling_muls = _smoothed(clean, graph, nodes, source, n_cal, batch_size, config)
@@ -98,7 +99,8 @@ def keep_fp32(result: QuantizeResult, fallback: dict[str, str]) -> QuantizeResul
 def qdq_model(result: QuantizeResult, fp32_nodes: set[str]) -> onnx.ModelProto:
     """The Q/DQ model with `fp32_nodes` in FP32, without the coverage check: a quick trial."""
     graph = ir.serde.deserialize_model(result.calibration.clean)
-    plan = make_plan(graph, set(result.calibration.nodes) - fp32_nodes, result.calibration.histograms, result.config.method, result.config.percentile)
+    config = result.config
+    plan = make_plan(graph, set(result.calibration.nodes) - fp32_nodes, result.calibration.histograms, config.method, config.percentile, config.wide_outputs)
     return ir.serde.serialize_model(passes.lower_to_qdq(graph, plan))
 
 
@@ -128,7 +130,7 @@ def _lower_without_islands(clean: onnx.ModelProto, graph: ir.Model, nodes: set[s
     left. Returns the INT8 model, its plan, ORT's executed graph, and the dropped nodes."""
     islands: dict[str, str] = {}
     for _ in range(MAX_ISLAND_ROUNDS):
-        plan = make_plan(graph, nodes, histograms, config.method, config.percentile)
+        plan = make_plan(graph, nodes, histograms, config.method, config.percentile, config.wide_outputs)
         int8 = ir.serde.serialize_model(passes.lower_to_qdq(ir.serde.deserialize_model(clean), plan))
         executed = coverage.optimized_graph(int8)
         found = coverage.float_islands(executed, plan.nodes)
@@ -211,6 +213,16 @@ def _check_cleanup(original: onnx.ModelProto, clean: onnx.ModelProto, batch: dic
     for r, g in zip(ref, got):
         if r.dtype.kind == "f" and not np.allclose(r, g, rtol=1e-3, atol=1e-4 * (np.abs(r).max() + 1e-6)):
             raise RuntimeError("internal error: FP32 clean-up changed the model's outputs; please report this model")
+
+
+def _check_wide_outputs(graph: ir.Model, nodes: set[str], wide: tuple[str, ...], model_path) -> None:
+    convs = {node.name: node for node in graph.graph if node.op_type == "Conv"}
+    for name in wide:
+        if name not in convs:
+            raise QuantizeError(model_path, f"wide_outputs names {name!r}, which is not a Conv of the model")
+        readers = [user.name for user, _ in convs[name].outputs[0].uses() if user.name in nodes]
+        if readers:
+            raise QuantizeError(model_path, f"the output of {name!r} is read by INT8 {readers}: exclude them to widen it")
 
 
 def _recipe_preprocess(model: onnx.ModelProto) -> ImagePreprocess | None:

@@ -17,11 +17,13 @@ class QuantPlan:
     nodes: set[str]
     ranges: dict[str, tuple[float, float]]
     absorbed: dict[str, str] = field(default_factory=dict)  # Relu node -> tensor whose uint8 clamp replaces it
+    wide: set[str] = field(default_factory=set)  # Convs whose output is requantized at two scales (passes/widen_output.py)
 
 
-def make_plan(model: ir.Model, nodes: set[str], histograms: dict[str, StreamingHistogram], method: str, percent: float) -> QuantPlan:
+def make_plan(model: ir.Model, nodes: set[str], histograms: dict[str, StreamingHistogram], method: str, percent: float,
+              wide: tuple[str, ...] = ()) -> QuantPlan:
     ranges = {name: choose_range(h, method, percent) for name, h in histograms.items() if h.total}
-    plan = QuantPlan(set(nodes), ranges)
+    plan = QuantPlan(set(nodes), ranges, wide=set(wide) & set(nodes))
     alias: dict[str, str] = {}
     for node in model.graph:
         if _absorbable(node, plan.nodes):

@@ -77,8 +77,9 @@ def select_nodes(model: ir.Model, exclude: tuple[str, ...] = (), activation_matm
 
 def _without_dead_end_movement(model: ir.Model, chosen: set[str]) -> set[str]:
     """Drop data-movement ops no selected node reads from: moving uint8 data only to
-    dequantize it again costs a Q/DQ pair and forces a requantization before it."""
-    movement = [n for n in model.graph if n.name in chosen and RULES[n.op_type].same_range]
+    dequantize it again costs a Q/DQ pair and forces a requantization before it. Concat counts:
+    before an FP32 Conv (its 3D-to-2D windows) it would round that Conv's input to uint8."""
+    movement = [n for n in model.graph if n.name in chosen and (RULES[n.op_type].same_range or n.op_type == "Concat")]
     changed = True
     while changed:
         changed = False

@@ -74,18 +74,22 @@ def test_the_cell_correction_restores_fp32s_energy_from_an_excess_or_a_deficit_a
 
     fp32, int8, z = generator_and_int8
     output_conv = next(n for n in int8.graph.node if n.name == int8_config(fp32).exclude[0])
-    dimmed = onnx.ModelProto()
-    dimmed.CopyFrom(int8)
-    kernel = next(t for t in dimmed.graph.initializer if t.name == output_conv.input[1])
-    kernel.CopyFrom(onnx.numpy_helper.from_array(0.9 * onnx.numpy_helper.to_array(kernel), kernel.name))
+
+    def scaled(gain):  # the output convolution's kernel x gain: an energy excess or deficit
+        model = onnx.ModelProto()
+        model.CopyFrom(int8)
+        kernel = next(t for t in model.graph.initializer if t.name == output_conv.input[1])
+        kernel.CopyFrom(onnx.numpy_helper.from_array(gain * onnx.numpy_helper.to_array(kernel), kernel.name))
+        return model
 
     def energy(model, latent=z):
         return onnx_source(model)(latent, None).sum()
 
     target = energy(fp32)
-    assert energy(int8) > 1.001 * target and energy(dimmed) < 0.95 * target  # rectified noise; dimmed
+    brightened, dimmed = scaled(1.1), scaled(0.9)
+    assert energy(brightened) > 1.05 * target and energy(dimmed) < 0.95 * target
     unseen = latents(np.random.default_rng(2).uniform(50, 100, 256), seed=3)
-    for model in (int8, dimmed):
+    for model in (brightened, dimmed):
         maps = output_cell_maps(fp32, model, z)
         corrected = maps.replace_relu(model)
         assert energy(corrected) == pytest.approx(target, rel=1e-3)

@@ -160,3 +160,10 @@ def test_an_empty_list_of_feeds_is_a_clean_error(tmp_path):
     onnx.save(attention_net(), str(tmp_path / "attention.onnx"))
     with pytest.raises(QuantizeError, match="empty"):
         quantize_(tmp_path / "attention.onnx", [], QuantConfig.transformer())
+
+
+def test_wide_outputs_must_name_a_conv_that_only_fp32_ops_read(conv_model, calib_npz):
+    with pytest.raises(QuantizeError, match="not a Conv"):
+        quantize_(conv_model, calib_npz, QuantConfig(wide_outputs=("fc",)))
+    with pytest.raises(QuantizeError, match="read by INT8"):
+        quantize_(conv_model, calib_npz, QuantConfig(wide_outputs=("conv2",)))

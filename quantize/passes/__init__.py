@@ -3,7 +3,7 @@
     cleanup(model)          shape inference, constant folding, BatchNorm folding, decomposed
                             LayerNorm -> LayerNormalization, MatMul+bias -> Gemm, zero Pads into Convs, Conv3D -> 2D Conv, Transpose merging,
                             dead nodes
-    lower_to_qdq(model, p)  carry out a QuantPlan: absorb Relus, insert Q/DQ pairs
+    lower_to_qdq(model, p)  carry out a QuantPlan: absorb Relus, insert Q/DQ pairs, widen chosen Conv outputs
 """
 
 import onnx_ir as ir
@@ -19,10 +19,11 @@ from quantize.passes.fuse_matmul_add import FuseMatMulAddPass
 from quantize.passes.insert_qdq import InsertQDQPass
 from quantize.passes.merge_transposes import MergeTransposesPass
 from quantize.passes.smooth_activations import SmoothActivationsPass
+from quantize.passes.widen_output import WidenOutputPass
 from quantize.plan import QuantPlan
 
 __all__ = ["AbsorbActivationPass", "FoldBatchNormPass", "FoldConstantsPass", "FoldConv3DPass", "FoldPadIntoConvPass", "FuseLayerNormPass", "FuseMatMulAddPass", "InsertQDQPass", "MergeTransposesPass", "SmoothActivationsPass",
-           "cleanup", "lower_to_qdq"]
+           "WidenOutputPass", "cleanup", "lower_to_qdq"]
 
 
 def cleanup(model: ir.Model) -> ir.Model:
@@ -53,6 +54,6 @@ def cleanup(model: ir.Model) -> ir.Model:
 
 def lower_to_qdq(model: ir.Model, plan: QuantPlan) -> ir.Model:
     passes = ir.passes.PassManager(
-        [AbsorbActivationPass(plan), InsertQDQPass(plan), common.RemoveUnusedNodesPass(), common.TopologicalSortPass(), common.CheckerPass()]
+        [AbsorbActivationPass(plan), InsertQDQPass(plan), WidenOutputPass(plan), common.RemoveUnusedNodesPass(), common.TopologicalSortPass(), common.CheckerPass()]
     )
     return passes(model).model
