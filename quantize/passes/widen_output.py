@@ -42,14 +42,14 @@ class WidenOutputPass(ir.passes.InPlacePass):
         return ir.passes.PassResult(model, modified=bool(widened))
 
     def _widened(self, model: ir.Model) -> list[ir.Node]:
-        return [node for node in model.graph if node.name in self.plan.wide and node.name in self.plan.nodes]
+        return [node for node in model.graph if node.name in self.plan.wide]
 
     def _widen(self, graph: ir.Graph, conv: ir.Node) -> None:
         dequantize = _dequantize_after(conv)
         coarse = dequantize.outputs[0]
         scale, zero_point = (v.const_value.numpy() for v in dequantize.inputs[1:])
         fine_scale = (scale / FINE_RATIO).astype(np.float32)
-        low, high = ((np.array(UINT8_LEVELS, np.float32) - zero_point.astype(np.float32)) * fine_scale)
+        low, high = (np.array(UINT8_LEVELS, np.float32) - zero_point.astype(np.float32)) * fine_scale
         name = conv.name
         fine_conv = ir.Node("", "Conv", list(conv.inputs), attributes=list(conv.attributes.values()), name=f"{name}_fine")
         s = add_initializer(graph, f"{name}_fine_scale", fine_scale)
