@@ -316,12 +316,12 @@ def test_a_planned_node_that_ort_fused_and_renamed_is_still_found_in_float():
     assert float_islands(graph, {"other"}) == set()
 
 
-def _conv_read_by_fp32(weight_gain: float) -> ir.Model:
-    """x(N,1,8,8) -> Conv (4 channels, channel 0 `weight_gain` x stronger) -> Abs -> y: the Conv's
-    output is read by an op with no INT8 rule."""
+def _conv_read_by_fp32() -> ir.Model:
+    """x(N,1,8,8) -> Conv (4 channels, channel 0 30x stronger) -> Abs -> y: the Conv's output
+    is read by an op with no INT8 rule."""
     rng = np.random.default_rng(0)
     w = rng.normal(0, 0.3, (4, 1, 3, 3)).astype(np.float32)
-    w[0] *= weight_gain
+    w[0] *= 30
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1], name="conv"), helper.make_node("Abs", ["c"], ["y"], name="abs")]
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1, 8, 8])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, 8, 8])], [numpy_helper.from_array(w, "w")])
@@ -333,10 +333,10 @@ def test_a_widened_conv_output_is_16x_finer_near_zero_and_unchanged_beyond():
     from quantize.passes.widen_output import FINE_RATIO
 
     x = np.random.default_rng(1).uniform(0, 1, (16, 1, 8, 8)).astype(np.float32)
-    exact = np.abs(_run(_conv_read_by_fp32(30.0), x))
+    exact = np.abs(_run(_conv_read_by_fp32(), x))
     ranges = {"x": (0.0, 1.0), "c": (-float(exact.max()), float(exact.max()))}
-    coarse = ir.serde.serialize_model(passes.lower_to_qdq(_conv_read_by_fp32(30.0), QuantPlan({"conv"}, dict(ranges))))
-    widened = ir.serde.serialize_model(passes.lower_to_qdq(_conv_read_by_fp32(30.0), QuantPlan({"conv"}, dict(ranges), wide={"conv"})))
+    coarse = ir.serde.serialize_model(passes.lower_to_qdq(_conv_read_by_fp32(), QuantPlan({"conv"}, dict(ranges))))
+    widened = ir.serde.serialize_model(passes.lower_to_qdq(_conv_read_by_fp32(), QuantPlan({"conv"}, dict(ranges), wide={"conv"})))
     assert kernel_counts(optimized_graph(widened))["int8"]["QLinearConv"] == 2
     got_coarse, got_wide = _run(coarse, x), _run(widened, x)
     fine_limit = exact.max() / FINE_RATIO
