@@ -18,6 +18,7 @@ class QuantConfig:
     activation_matmuls: bool = True  # also MatMuls of two activations (attention scores, context)
     smooth_alpha: float | None = None  # move activation outliers into GEMM weights (SmoothQuant)
     wide_outputs: tuple[str, ...] = ()  # Conv nodes whose output, read by FP32 ops only, gets 4 more bits near 0 (passes/widen_output.py)
+    residual_inputs: tuple[str, ...] = ()  # Conv nodes, read by FP32 ops only, whose input gets 8 more bits (passes/residual_input.py)
 
     @classmethod
     def transformer(cls, **overrides) -> "QuantConfig":

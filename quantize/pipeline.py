@@ -78,7 +78,7 @@ def quantize_(model_path, calib, config: QuantConfig = QuantConfig(), image_prep
 
     graph = ir.serde.deserialize_model(clean)
     nodes = select_nodes(graph, config.exclude, config.activation_matmuls)
-    _check_wide_outputs(graph, nodes, config.wide_outputs, model_path)
+    _check_refined_convs(graph, nodes, config, model_path)
     start = time.perf_counter()
     if config.smooth_alpha is not None:
         clean, scaling_muls = _smoothed(clean, graph, nodes, source, n_cal, batch_size, config)
@@ -100,7 +100,7 @@ def qdq_model(result: QuantizeResult, fp32_nodes: set[str]) -> onnx.ModelProto:
     """The Q/DQ model with `fp32_nodes` in FP32, without the coverage check: a quick trial."""
     graph = ir.serde.deserialize_model(result.calibration.clean)
     config = result.config
-    plan = make_plan(graph, set(result.calibration.nodes) - fp32_nodes, result.calibration.histograms, config.method, config.percentile, config.wide_outputs)
+    plan = make_plan(graph, set(result.calibration.nodes) - fp32_nodes, result.calibration.histograms, config.method, config.percentile, config.wide_outputs, config.residual_inputs)
     return ir.serde.serialize_model(passes.lower_to_qdq(graph, plan))
 
 
@@ -130,7 +130,7 @@ def _lower_without_islands(clean: onnx.ModelProto, graph: ir.Model, nodes: set[s
     left. Returns the INT8 model, its plan, ORT's executed graph, and the dropped nodes."""
     islands: dict[str, str] = {}
     for _ in range(MAX_ISLAND_ROUNDS):
-        plan = make_plan(graph, nodes, histograms, config.method, config.percentile, config.wide_outputs)
+        plan = make_plan(graph, nodes, histograms, config.method, config.percentile, config.wide_outputs, config.residual_inputs)
         int8 = ir.serde.serialize_model(passes.lower_to_qdq(ir.serde.deserialize_model(clean), plan))
         executed = coverage.optimized_graph(int8)
         found = coverage.float_islands(executed, plan.nodes)
@@ -215,14 +215,17 @@ def _check_cleanup(original: onnx.ModelProto, clean: onnx.ModelProto, batch: dic
             raise RuntimeError("internal error: FP32 clean-up changed the model's outputs; please report this model")
 
 
-def _check_wide_outputs(graph: ir.Model, nodes: set[str], wide: tuple[str, ...], model_path) -> None:
+def _check_refined_convs(graph: ir.Model, nodes: set[str], config: QuantConfig, model_path) -> None:
+    """The Convs named by `wide_outputs` and `residual_inputs` must exist, and only FP32 ops may
+    read their outputs (both add a second INT8 result to them in float)."""
     convs = {node.name: node for node in graph.graph if node.op_type == "Conv"}
-    for name in wide:
-        if name not in convs:
-            raise QuantizeError(model_path, f"wide_outputs names {name!r}, which is not a Conv of the model")
-        readers = [user.name for user, _ in convs[name].outputs[0].uses() if user.name in nodes]
-        if readers:
-            raise QuantizeError(model_path, f"the output of {name!r} is read by INT8 {readers}: exclude them to widen it")
+    for option in ("wide_outputs", "residual_inputs"):
+        for name in getattr(config, option):
+            if name not in convs:
+                raise QuantizeError(model_path, f"{option} names {name!r}, which is not a Conv of the model")
+            readers = [user.name for user, _ in convs[name].outputs[0].uses() if user.name in nodes]
+            if readers:
+                raise QuantizeError(model_path, f"the output of {name!r} is read by INT8 {readers}: exclude them to use {option}")
 
 
 def _recipe_preprocess(model: onnx.ModelProto) -> ImagePreprocess | None:

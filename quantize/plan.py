@@ -18,12 +18,13 @@ class QuantPlan:
     ranges: dict[str, tuple[float, float]]
     absorbed: dict[str, str] = field(default_factory=dict)  # Relu node -> tensor whose uint8 clamp replaces it
     wide: set[str] = field(default_factory=set)  # Convs whose output is requantized at two scales (passes/widen_output.py)
+    residual: set[str] = field(default_factory=set)  # Convs whose input's rounding residual gets its own Conv (passes/residual_input.py)
 
 
 def make_plan(model: ir.Model, nodes: set[str], histograms: dict[str, StreamingHistogram], method: str, percent: float,
-              wide: tuple[str, ...] = ()) -> QuantPlan:
+              wide: tuple[str, ...] = (), residual: tuple[str, ...] = ()) -> QuantPlan:
     ranges = {name: choose_range(h, method, percent) for name, h in histograms.items() if h.total}
-    plan = QuantPlan(set(nodes), ranges, wide=set(wide) & set(nodes))
+    plan = QuantPlan(set(nodes), ranges, wide=set(wide) & set(nodes), residual=set(residual) & set(nodes))
     alias: dict[str, str] = {}
     for node in model.graph:
         if _absorbable(node, plan.nodes):
@@ -32,10 +33,16 @@ def make_plan(model: ir.Model, nodes: set[str], histograms: dict[str, StreamingH
             plan.absorbed[node.name] = source
             alias[result] = source
     for node in model.graph:
-        if node.name in plan.nodes and RULES[node.op_type].same_range:
+        if node.name not in plan.nodes:
+            continue
+        if RULES[node.op_type].same_range:
             source = alias.get(node.inputs[0].name, node.inputs[0].name)
             if source in plan.ranges:
                 plan.ranges[node.outputs[0].name] = plan.ranges[source]
+        elif node.op_type == "Concat":  # of parts at one range (a Conv3D's windows): no requantization
+            parts = {plan.ranges.get(alias.get(v.name, v.name)) for v in node.inputs}
+            if len(parts) == 1 and None not in parts:
+                plan.ranges[node.outputs[0].name] = parts.pop()
     return plan
 
 

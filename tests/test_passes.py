@@ -363,3 +363,128 @@ def test_a_concat_before_an_fp32_conv_stays_fp32():
     model = passes.cleanup(ir.serde.deserialize_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])))
     assert "concat" in select_nodes(model)
     assert select_nodes(model, exclude=("conv2",)) == {"conv1"}
+
+
+def _upsampled_conv_model(factors, pads, conv_pads, nearest: bool = True) -> onnx.ModelProto:
+    """x (N,3,4,5,3) -> nearest upsampling by `factors` as Keras exports it (Unsqueeze, Tile,
+    Reshape per axis; with nearest=False, a plain Tile: x repeated as a whole) -> zero Pad ->
+    Conv3D (4 channels, kernel 3x2x4, bias)."""
+    rng = np.random.default_rng(0)
+    shape, nodes, inits, value = [3, 4, 5, 3], [], [], "x"
+    for axis, f in zip(range(2, 5), factors):
+        repeats = [1] * 6
+        repeats[axis + 1] = f
+        shape[axis - 1] *= f
+        names = [f"{n}{axis}" for n in ("axes", "repeats", "shape", "u", "t", "r")]
+        inits += [numpy_helper.from_array(np.array([axis + 1], np.int64), names[0]), numpy_helper.from_array(np.array(repeats, np.int64), names[1]),
+                  numpy_helper.from_array(np.array([-1, *shape], np.int64), names[2])]
+        if nearest:
+            nodes += [helper.make_node("Unsqueeze", [value, names[0]], [names[3]]), helper.make_node("Tile", [names[3], names[1]], [names[4]]),
+                      helper.make_node("Reshape", [names[4], names[2]], [names[5]])]
+        else:
+            whole = [1] * 5
+            whole[axis] = f
+            nodes.append(helper.make_node("Tile", [value, f"whole_{names[1]}"], [names[5]]))
+            inits.append(numpy_helper.from_array(np.array(whole, np.int64), f"whole_{names[1]}"))
+        value = names[5]
+    inits += [numpy_helper.from_array(np.array([0, 0, *pads[:3], 0, 0, *pads[3:]], np.int64), "pads"),
+              numpy_helper.from_array(rng.normal(size=(4, 3, 3, 2, 4)).astype(np.float32), "w"),
+              numpy_helper.from_array(rng.normal(size=4).astype(np.float32), "b")]
+    nodes += [helper.make_node("Pad", [value, "pads"], ["padded"]), helper.make_node("Conv", ["padded", "w", "b"], ["y"], pads=conv_pads, name="conv")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 4, 5, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_an_upsampling_folds_into_the_conv_that_reads_it_with_the_same_outputs():
+    x = np.random.default_rng(2).normal(size=(2, 3, 4, 5, 3)).astype(np.float32)
+    for factors, pads, conv_pads in (((2, 2, 3), [1, 0, 3, 1, 0, 3], [0] * 6), ((2, 1, 2), [0, 2, 1, 2, 0, 0], [1, 0, 2, 0, 1, 1])):
+        original = _upsampled_conv_model(factors, pads, conv_pads)
+        cleaned = passes.cleanup(ir.serde.deserialize_model(original))
+        assert "Tile" not in _ops(cleaned)
+        conv = next(n for n in cleaned.graph if n.op_type == "Conv")
+        assert conv.name == "conv" and conv.inputs[1].const_value.shape[0] == 4 * int(np.prod(factors))  # a (phase, channel) output each
+        np.testing.assert_allclose(_run(cleaned, x), _run(original, x), rtol=1e-4, atol=1e-4)
+
+
+def test_a_tile_that_is_not_a_nearest_upsampling_is_not_folded():
+    x = np.random.default_rng(3).normal(size=(2, 3, 4, 5, 3)).astype(np.float32)
+    original = _upsampled_conv_model((2, 1, 2), [0] * 6, [0] * 6, nearest=False)
+    cleaned = passes.cleanup(ir.serde.deserialize_model(original))
+    assert "Tile" in _ops(cleaned)
+    np.testing.assert_allclose(_run(cleaned, x), _run(original, x), rtol=1e-4, atol=1e-4)
+
+
+def test_a_reshape_that_splits_axes_moves_before_a_transpose_which_merges_with_the_next():
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 3, 1]),
+             helper.make_node("Reshape", ["t", "split"], ["s"]),
+             helper.make_node("Transpose", ["s"], ["y"], perm=[0, 3, 1, 4, 2])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 6, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.array([-1, 6, 3, 2, 2], np.int64), "split")])
+    original = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    cleaned = passes.cleanup(ir.serde.deserialize_model(original))
+    assert _ops(cleaned) == ["Reshape", "Transpose"]
+    x = np.random.default_rng(4).normal(size=(2, 4, 6, 3)).astype(np.float32)
+    np.testing.assert_array_equal(_run(cleaned, x), _run(original, x))
+
+
+def test_a_reshape_that_merges_axes_stays_after_the_transpose():
+    nodes = [helper.make_node("Transpose", ["x"], ["t"], perm=[0, 2, 3, 1]), helper.make_node("Reshape", ["t", "merge"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 6, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                              [numpy_helper.from_array(np.array([-1, 18, 4], np.int64), "merge")])
+    cleaned = passes.cleanup(ir.serde.deserialize_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])))
+    assert _ops(cleaned) == ["Transpose", "Reshape"]
+
+
+def _identity_conv_read_by_fp32() -> ir.Model:
+    """x(N,1,8,8) -> 1x1 Conv of weight 1 -> Abs -> y: each output is one input, unmixed."""
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv"), helper.make_node("Abs", ["c"], ["y"], name="abs")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 1, 8, 8])],
+                              [numpy_helper.from_array(np.ones((1, 1, 1, 1), np.float32), "w")])
+    return passes.cleanup(ir.serde.deserialize_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])))
+
+
+def test_a_residual_input_conv_removes_most_of_the_input_rounding():
+    """x spans 0-30 but is mostly below 1: its uint8 step (0.12) is what the Conv's output
+    error is made of once the output is widened (step 0.015); the residual Conv takes the
+    input's rounding 254x finer."""
+    from quantize.coverage import kernel_counts, optimized_graph
+
+    x = np.random.default_rng(5).uniform(0, 1, (16, 1, 8, 8)).astype(np.float32)
+    x[:, :, 0, 0] = 30.0
+    ranges = {"x": (0.0, 30.0), "c": (-30.0, 30.0)}
+    widened = ir.serde.serialize_model(passes.lower_to_qdq(_identity_conv_read_by_fp32(), QuantPlan({"conv"}, dict(ranges), wide={"conv"})))
+    both = ir.serde.serialize_model(passes.lower_to_qdq(_identity_conv_read_by_fp32(), QuantPlan({"conv"}, dict(ranges), wide={"conv"}, residual={"conv"})))
+    assert kernel_counts(optimized_graph(both))["int8"]["QLinearConv"] == 3
+    small = x < 1  # the 30s are beyond the fine output range, and saturate the coarse one
+    error_widened, error_both = (np.std((_run(m, x) - x)[small]) for m in (widened, both))
+    assert error_both < error_widened / 20
+
+
+def test_data_movement_between_an_fp32_op_and_an_int8_conv_runs_on_uint8_at_one_range():
+    """Abs -> two Slices -> Concat -> Conv: the Slices and the Concat are quantized with the
+    Abs output's range, so the Conv's input is rounded once."""
+    from quantize.plan import make_plan
+    from quantize.policy import select_nodes
+
+    rng = np.random.default_rng(6)
+    nodes = [helper.make_node("Abs", ["x"], ["a"], name="abs"),
+             helper.make_node("Slice", ["a", "zero", "four", "two"], ["s1"], name="slice1"),
+             helper.make_node("Slice", ["a", "four", "eight", "two"], ["s2"], name="slice2"),
+             helper.make_node("Concat", ["s1", "s2"], ["cat"], axis=1, name="concat"),
+             helper.make_node("Conv", ["cat", "w"], ["y"], name="conv")]
+    inits = [numpy_helper.from_array(np.array([v], np.int64), n) for n, v in (("zero", 0), ("four", 4), ("eight", 8), ("two", 2))]
+    inits.append(numpy_helper.from_array(rng.normal(size=(2, 2, 3, 3)).astype(np.float32), "w"))
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1, 8, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
+    model = passes.cleanup(ir.serde.deserialize_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])))
+    chosen = select_nodes(model)
+    assert chosen == {"slice1", "slice2", "concat", "conv"}
+    x = np.random.default_rng(7).normal(size=(64, 1, 8, 8)).astype(np.float32)
+    source = CalibrationSource(Path("memory"), input_specs(ir.serde.serialize_model(model)), len(x), lambda a, b: {"x": x[a:b]})
+    names = ["a", "s1", "s2", "cat", "y"]
+    plan = make_plan(model, chosen, collect_histograms(ir.serde.serialize_model(model), names, source, len(x)), "minmax", 100.0)
+    assert plan.ranges["cat"] == plan.ranges["s1"] == plan.ranges["s2"] == plan.ranges["a"]

@@ -162,8 +162,9 @@ def test_an_empty_list_of_feeds_is_a_clean_error(tmp_path):
         quantize_(tmp_path / "attention.onnx", [], QuantConfig.transformer())
 
 
-def test_wide_outputs_must_name_a_conv_that_only_fp32_ops_read(conv_model, calib_npz):
-    with pytest.raises(QuantizeError, match="not a Conv"):
-        quantize_(conv_model, calib_npz, QuantConfig(wide_outputs=("fc",)))
+@pytest.mark.parametrize("option", ["wide_outputs", "residual_inputs"])
+def test_refined_convs_must_be_convs_that_only_fp32_ops_read(conv_model, calib_npz, option):
+    with pytest.raises(QuantizeError, match=f"{option} names 'fc', which is not a Conv"):
+        quantize_(conv_model, calib_npz, QuantConfig(**{option: ("fc",)}))
     with pytest.raises(QuantizeError, match="read by INT8"):
-        quantize_(conv_model, calib_npz, QuantConfig(wide_outputs=("conv2",)))
+        quantize_(conv_model, calib_npz, QuantConfig(**{option: ("conv2",)}))

@@ -30,7 +30,7 @@ Only stride 1, dilation 1, group 1, a constant bias and static D/H/W are lowered
 import numpy as np
 import onnx_ir as ir
 
-from quantize.passes.rewrite import FusionPass, add_initializer, int_list, replace_nodes, uses_auto_pad
+from quantize.passes.rewrite import FusionPass, NodeChain, int_list, replace_nodes, uses_auto_pad
 
 CHANNEL_BLOCK = 16  # output channels per block of ORT's (MLAS) GEMM kernels
 
@@ -74,16 +74,9 @@ class FoldConv3DPass(FusionPass):
         windows, span = a_out // group, ka + group - 1  # window w covers input positions w*group .. w*group+span-1
         name = conv.name
 
-        def const(suffix, array):
-            return add_initializer(graph, f"{name}_{suffix}", np.asarray(array))
+        chain = NodeChain(graph, name)
+        const, node = chain.const, chain.node
 
-        def node(op, inputs, suffix, **attributes):
-            attrs = [ir.AttrInt64s(key, v) if isinstance(v, list) else ir.AttrInt64(key, v) for key, v in attributes.items()]
-            made = ir.Node("", op, inputs, attributes=attrs, name=f"{name}_{suffix}")
-            chain.append(made)
-            return made.outputs[0]
-
-        chain: list[ir.Node] = []
         source = node("Transpose", [x], "channels_last", perm=[0, *(2 + a for a in order), 1])  # (N, A, R1, R2, C)
         if pads[axis] or pads[3 + axis]:
             source = node("Pad", [source, const("fold_pads", np.array([0, pads[axis], 0, 0, 0, 0, pads[3 + axis], 0, 0, 0], np.int64))], "pad_folded_axis")
@@ -109,8 +102,8 @@ class FoldConv3DPass(FusionPass):
         back[1] = 4
         for position, a in enumerate(order, start=1):
             back[2 + a] = position
-        result = ir.Node("", "Transpose", [chain[-1].outputs[0]], attributes=[ir.AttrInt64s("perm", back)], name=f"{name}_channels_first")
-        for made in chain:
+        result = ir.Node("", "Transpose", [chain.nodes[-1].outputs[0]], attributes=[ir.AttrInt64s("perm", back)], name=f"{name}_channels_first")
+        for made in chain.nodes:
             graph.insert_before(conv, made)
         replace_nodes(graph, [conv], result)
 

@@ -30,6 +30,43 @@ def replace_nodes(graph: ir.Graph, old: list[ir.Node], new: ir.Node) -> None:
     graph.remove(old, safe=True)
 
 
+class NodeChain:
+    """New nodes and constants, named after the node they stand for, collected in order."""
+
+    def __init__(self, graph: ir.Graph, name: str):
+        self.graph, self.name, self.nodes = graph, name, []
+
+    def const(self, suffix: str, array) -> ir.Value:
+        return add_initializer(self.graph, f"{self.name}_{suffix}", np.asarray(array))
+
+    def node(self, op: str, inputs: list, suffix: str, **attributes) -> ir.Value:
+        attrs = [ir.AttrInt64s(key, v) if isinstance(v, list) else ir.AttrInt64(key, v) for key, v in attributes.items()]
+        made = ir.Node("", op, inputs, attributes=attrs, name=f"{self.name}_{suffix}")
+        self.nodes.append(made)
+        return made.outputs[0]
+
+
+def read_by_fp32_only(node: ir.Node, planned: set[str]) -> ir.Value:
+    """The dequantized output of `node`, checked to be read by FP32 ops only: a second INT8
+    result is added to it in float."""
+    output = dequantized_output(node).outputs[0]
+    readers = [user.name for user, _ in output.uses() if user.name in planned]
+    if readers or output.is_graph_output():
+        raise ir.passes.PreconditionError(f"{node.name}: its output must be read by FP32 ops only, not {readers or 'the graph output'}")
+    return output
+
+
+def dequantized_output(node: ir.Node) -> ir.Node:
+    """The DequantizeLinear of the Q -> DQ pair that InsertQDQPass put on a node's output."""
+    users = [user for user, _ in node.outputs[0].uses()]
+    if len(users) != 1 or users[0].op_type != "QuantizeLinear":
+        raise ir.passes.PreconditionError(f"{node.name}: its output is not quantized by one QuantizeLinear")
+    dequantizers = [user for user, _ in users[0].outputs[0].uses()]
+    if len(dequantizers) != 1 or dequantizers[0].op_type != "DequantizeLinear":
+        raise ir.passes.PreconditionError(f"{node.name}: its quantized output is not read by one DequantizeLinear")
+    return dequantizers[0]
+
+
 class FusionPass(ir.passes.InPlacePass):
     """Rewrites every node for which `match` finds a pattern; subclasses say what and how."""
 

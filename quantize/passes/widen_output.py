@@ -12,7 +12,7 @@ coarse one outside. The cost is one more integer convolution and three float ele
 import numpy as np
 import onnx_ir as ir
 
-from quantize.passes.rewrite import add_initializer
+from quantize.passes.rewrite import add_initializer, dequantized_output, read_by_fp32_only
 from quantize.plan import QuantPlan
 
 FINE_RATIO = 16
@@ -28,12 +28,7 @@ class WidenOutputPass(ir.passes.InPlacePass):
         for conv in self._widened(model):
             if conv.op_type != "Conv":
                 raise ir.passes.PreconditionError(f"{conv.name}: only a Conv output can be widened, not {conv.op_type}")
-            output = _dequantize_after(conv).outputs[0]
-            if output.is_graph_output():
-                raise ir.passes.PreconditionError(f"{conv.name}: its output is a graph output; only an inner output can be widened")
-            readers = [user.name for user, _ in output.uses() if user.name in self.plan.nodes]
-            if readers:
-                raise ir.passes.PreconditionError(f"{conv.name}: its widened output would be requantized by INT8 {readers}")
+            read_by_fp32_only(conv, self.plan.nodes)
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         widened = self._widened(model)
@@ -45,7 +40,7 @@ class WidenOutputPass(ir.passes.InPlacePass):
         return [node for node in model.graph if node.name in self.plan.wide]
 
     def _widen(self, graph: ir.Graph, conv: ir.Node) -> None:
-        dequantize = _dequantize_after(conv)
+        dequantize = dequantized_output(conv)
         coarse = dequantize.outputs[0]
         scale, zero_point = (v.const_value.numpy() for v in dequantize.inputs[1:])
         fine_scale = (scale / FINE_RATIO).astype(np.float32)
@@ -67,13 +62,3 @@ class WidenOutputPass(ir.passes.InPlacePass):
                 user.replace_input_with(index, merged.outputs[0])
         graph.insert_after(dequantize, [fine_conv, q, dq, clip, excess, merged])
 
-
-def _dequantize_after(conv: ir.Node) -> ir.Node:
-    """The DequantizeLinear of the Q -> DQ pair that InsertQDQPass put on the Conv's output."""
-    users = [user for user, _ in conv.outputs[0].uses()]
-    if len(users) != 1 or users[0].op_type != "QuantizeLinear":
-        raise ir.passes.PreconditionError(f"{conv.name}: its output is not quantized by one QuantizeLinear")
-    dequantizers = [user for user, _ in users[0].outputs[0].uses()]
-    if len(dequantizers) != 1 or dequantizers[0].op_type != "DequantizeLinear":
-        raise ir.passes.PreconditionError(f"{conv.name}: its quantized output is not read by one DequantizeLinear")
-    return dequantizers[0]
