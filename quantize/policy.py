@@ -79,14 +79,14 @@ def select_nodes(model: ir.Model, exclude: tuple[str, ...] = (), activation_matm
 def _with_movement_into_int8(model: ir.Model, chosen: set[str], excluded: set[str]) -> set[str]:
     """Add the data movement that feeds only INT8 inputs from an FP32 op (an upsampling, a
     Conv3D's windows after an FP32 BatchNorm): it then runs on uint8 after one QuantizeLinear at
-    the FP32 op's output, instead of in float with one per INT8 input (Shape readers aside)."""
+    the FP32 op's output, instead of in float with one per INT8 input."""
     for node in reversed(list(model.graph)):
         rule = RULES.get(node.op_type)
         if rule is None or not rule.same_range or node.name in chosen or node.name in excluded or node.op_type in excluded:
             continue
         if not is_float(node.outputs[0]):
             continue
-        readers = [(user, index) for user, index in node.outputs[0].uses() if user.op_type != "Shape"]
+        readers = list(node.outputs[0].uses())
         if readers and all(user.name in chosen and index in RULES[user.op_type].activations for user, index in readers):
             chosen.add(node.name)
     return chosen

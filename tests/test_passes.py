@@ -488,3 +488,20 @@ def test_data_movement_between_an_fp32_op_and_an_int8_conv_runs_on_uint8_at_one_
     names = ["a", "s1", "s2", "cat", "y"]
     plan = make_plan(model, chosen, collect_histograms(ir.serde.serialize_model(model), names, source, len(x)), "minmax", 100.0)
     assert plan.ranges["cat"] == plan.ranges["s1"] == plan.ranges["s2"] == plan.ranges["a"]
+
+
+def test_data_movement_whose_shape_is_read_stays_fp32():
+    """Abs -> Transpose -> Conv with a Shape of the Transpose: in uint8 the Transpose would
+    need a DequantizeLinear of its whole output just for that Shape."""
+    from quantize.policy import select_nodes
+
+    nodes = [helper.make_node("Abs", ["x"], ["a"], name="abs"),
+             helper.make_node("Transpose", ["a"], ["t"], perm=[0, 1, 3, 2], name="transpose"),
+             helper.make_node("Shape", ["t"], ["shape"], name="shape"),
+             helper.make_node("Conv", ["t", "w"], ["y"], name="conv")]
+    weight = numpy_helper.from_array(np.random.default_rng(8).normal(size=(2, 1, 3, 3)).astype(np.float32), "w")
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1, "H", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None), helper.make_tensor_value_info("shape", TensorProto.INT64, None)],
+                              [weight])
+    model = passes.cleanup(ir.serde.deserialize_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])))
+    assert select_nodes(model) == {"conv"}
