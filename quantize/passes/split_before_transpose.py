@@ -45,11 +45,12 @@ class SplitBeforeTransposePass(FusionPass):
 
 def _split_groups(dims: list, target: list[int]) -> list[list[int]] | None:
     """How each of `dims` is split into consecutive `target` sizes, or None if the Reshape
-    does more than split. A symbolic dim (the batch) must stay whole, as -1 or 0."""
+    does more than split. A symbolic dim (the batch) must stay whole, as -1, or as 0 at its
+    own position (0 copies the input's dim at the same index)."""
     groups, j = [], 0
     for i, dim in enumerate(dims):
         if not isinstance(dim, int):
-            if j >= len(target) or target[j] not in (-1, 0):
+            if j >= len(target) or not (target[j] == -1 or (target[j] == 0 and j == i)):
                 return None
             groups.append([-1])
             j += 1
