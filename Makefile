@@ -1,9 +1,10 @@
 # The two set-up commands: `make demo` (the main job) and `make test` (the suite).
-# Both install what a fresh machine lacks: the Debian data package and a virtualenv.
+# Both install what a fresh machine lacks: the Debian packages (Fashion-MNIST; qemu-user, which
+# the tests use to check the AVX2 INT8 path on any CPU) and a virtualenv.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-APT_PACKAGES := dataset-fashion-mnist
+APT_PACKAGES := dataset-fashion-mnist qemu-user
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: setup demo test bench translator clean

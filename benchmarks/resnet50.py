@@ -21,7 +21,8 @@ from models.resnet50.evaluate import top1
 from quantize import QuantConfig, quantize_
 from quantize.bench import compare
 from quantize.coverage import kernel_counts, optimized_graph
-from quantize.runtime import cpu_isa, session
+from quantize.runtime import session
+from quantize.target import host_isa
 
 THREADS = 2
 SPEED_SIZE = 224
@@ -61,7 +62,7 @@ def main() -> None:
         speed.update({(name, batch): stats for name, stats in compare(calls, batch, args.seconds).items()})
 
     result = {
-        "machine": cpu_isa(),
+        "machine": host_isa(),
         "threads": THREADS,
         "speed_input": f"{SPEED_SIZE}x{SPEED_SIZE}x3",
         "accuracy_input": "32x32x3, 10000 Fashion-MNIST test images",

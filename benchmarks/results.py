@@ -1,15 +1,52 @@
-"""Writing a benchmark's JSON and Markdown table into benchmarks/results/."""
+"""Writing a benchmark's JSON and Markdown table into benchmarks/results/, with its provenance."""
 
+import datetime
 import json
+import subprocess
+import sys
+from importlib import metadata
 from pathlib import Path
 
 from quantize.atomic import write_text
+from quantize.target import host_isa
 
 RESULTS = Path(__file__).parent / "results"
+VERSIONED = ("onnxruntime", "onnx", "onnx-ir", "numpy", "tensorflow-cpu", "keras", "tf2onnx", "ai-edge-litert")
 
 
 def write_results(name: str, data: dict, markdown: str) -> Path:
+    """`data` under the run's provenance (commit, dirty, date, isa, versions, command)."""
     RESULTS.mkdir(exist_ok=True)
-    write_text(RESULTS / f"{name}.json", json.dumps(data, indent=2, default=float) + "\n")
-    write_text(RESULTS / f"{name}.md", markdown)
+    record = {**provenance(), **data}
+    write_text(RESULTS / f"{name}.json", json.dumps(record, indent=2, default=float) + "\n")
+    write_text(RESULTS / f"{name}.md", f"{markdown.rstrip()}\n\n{_provenance_line(record)}\n")
     return RESULTS / f"{name}.json"
+
+
+def provenance() -> dict:
+    root = Path(__file__).parents[1]
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True).stdout.strip()
+
+    return {
+        "commit": git("rev-parse", "HEAD") or "unknown",
+        "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+        "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "isa": host_isa(),
+        "versions": {name: _version(name) for name in VERSIONED},
+        "command": " ".join(["python -m", sys.modules["__main__"].__spec__.name if sys.modules["__main__"].__spec__ else sys.argv[0], *sys.argv[1:]]),
+    }
+
+
+def _version(name: str) -> str | None:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _provenance_line(record: dict) -> str:
+    isa = record["isa"]
+    return (f"`{record['command']}` at {record['commit'][:10]}{' (dirty)' if record['dirty'] else ''}, {record['date']}; "
+            f"{isa['cpu']}, INT8 path {isa['int8_gemm_path']}, ONNX Runtime {isa['onnxruntime']}.")

@@ -10,7 +10,7 @@ from benchmarks.results import write_results
 from models.calogan import detector
 from models.calogan.showers import write_showers
 from models.calogan.simulate import geometry, simulate
-from quantize.runtime import cpu_isa
+from quantize.target import host_isa
 
 ENERGIES = (10, 50, 100, 200, 500)
 
@@ -30,7 +30,7 @@ def main() -> None:
         fit = float(detector.sampling_fraction_fit(e))
         checks[e] = {"sampling_fraction": float(total.mean() / e), "fit_3dgan": fit, "ratio_to_fit": float(total.mean() / e / fit),
                      "resolution": float(total.std() / total.mean()), "mean_depth_x0": float(np.sum(profile * centres) / profile.sum())}
-    result = {"machine": cpu_isa(), "showers_per_s_10000_uniform_2_500_gev_2_processes": rate, "by_energy_gev": checks}
+    result = {"machine": host_isa(), "showers_per_s_10000_uniform_2_500_gev_2_processes": rate, "by_energy_gev": checks}
     lines = [f"# Shower simulator: {rate:.0f} showers/s (10000 showers, 2-500 GeV, 2 processes, HDF5 written)", "",
              "| Ep (GeV) | sum/Ep | 3DGAN fit | ratio | resolution | mean depth (X0) |", "|---|---|---|---|---|---|"]
     lines += [f"| {e} | {c['sampling_fraction']:.4f} | {c['fit_3dgan']:.4f} | {c['ratio_to_fit']:.3f} | {c['resolution']:.3f} | {c['mean_depth_x0']:.2f} |"

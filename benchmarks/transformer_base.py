@@ -22,7 +22,8 @@ from models.translator.train import build_model
 from quantize.bench import compare_sessions
 from quantize.config import QuantConfig
 from quantize.pipeline import quantize_
-from quantize.runtime import cpu_isa, session
+from quantize.runtime import session
+from quantize.target import host_isa
 from quantize.validate import sqnr_db
 
 BATCH, SOURCE, CACHED = 16, 64, 32
@@ -50,7 +51,7 @@ def main() -> None:
         encoder_path, decoder_path = export(build_model(BASE), Path(tmp))
         graphs = {"encoder": onnx.load(encoder_path), "decoder": onnx.load(decoder_path)}
         paths = {"encoder": encoder_path, "decoder": decoder_path}
-        data = {"isa": cpu_isa(), "setup": {"batch": BATCH, "source_positions": SOURCE, "cached_positions": CACHED,
+        data = {"isa": host_isa(), "setup": {"batch": BATCH, "source_positions": SOURCE, "cached_positions": CACHED,
                                             "config": BASE.__dict__}}
         for name, fp32 in graphs.items():
             calib = feeds(name, rng, 32, graphs["encoder"])

@@ -28,7 +28,7 @@ from models.translator.evaluate import calibration_feeds
 from models.translator.translate import Translator, TranslatorFiles, default_folder
 from quantize.batcher import StreamPool, pack, padding_fraction
 from quantize.config import QuantConfig
-from quantize.runtime import cpu_isa
+from quantize.target import host_isa
 
 ROUNDS = 5
 ARRIVAL_BATCH = 32
@@ -102,7 +102,7 @@ def main() -> None:
         "setup": {"cores": len(os.sched_getaffinity(0)), "threads_per_stream": "cores / streams", "arrival_batch": ARRIVAL_BATCH,
                   "search": "greedy", "rounds": ROUNDS, "recipe": QuantConfig.transformer().to_dict(),
                   "calibration": f"{len(feeds['encoder'])} encoder and {len(feeds['decoder'])} decoder-step feeds from dev-split sentences"},
-        "isa": cpu_isa(),
+        "isa": host_isa(),
     }
     write_results("translator", data, _markdown(data))
     print(_markdown(data))

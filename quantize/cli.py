@@ -3,12 +3,14 @@
 import argparse
 import json
 import sys
+import warnings
 from pathlib import Path
 
 from calibration import METHODS, ImagePreprocess
 from quantize.modelio import save_model
 from quantize.config import QuantConfig
 from quantize.errors import QuantizeError
+from quantize.target import TARGETS, host_target
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -22,6 +24,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--batch-size", type=int, default=QuantConfig.batch_size, help="calibration batch (default: %(default)s)")
     p.add_argument("--exclude", nargs="+", default=[], metavar="NAME_OR_OP", help="node names or op types to keep in FP32")
     p.add_argument("--threads", type=int, default=0, help="ONNX Runtime intra-op threads (default: all cores)")
+    p.add_argument("--target", choices=["auto", *TARGETS], default=QuantConfig.target,
+                   help="the CPU's INT8 path to make the model for: avx2 (also AVX-512 without VNNI; int8 weights kept within "
+                   "+-64 so the saturating kernels stay exact), vnni, amx; auto = this machine (default: %(default)s)")
+    p.add_argument("--no-kernel-timing", action="store_true",
+                   help="do not time INT8 against FP32 per Conv/GEMM on this CPU: every node the policy chose is INT8, and the "
+                   "model does not depend on this machine's timings")
     images = p.add_argument_group("image directory preprocessing (default: the model's stored recipe, else scale 1/255, RGB, NHWC)")
     images.add_argument("--image-size", type=int, nargs="+", metavar="N", help="resize to N x N, or H W")
     images.add_argument("--scale", type=float, help="multiply pixel values by this first (e.g. 0.00392)")
@@ -40,6 +48,7 @@ def parse_args(argv=None) -> argparse.Namespace:
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    warnings.formatwarning = lambda message, *_, **__: f"quantize: warning: {message}\n"
     try:
         return run(args)
     except QuantizeError as exc:
@@ -62,7 +71,8 @@ def run(args: argparse.Namespace) -> int:
         _check_output(args.model, args.report)
     try:
         config = QuantConfig(method=args.method, percentile=args.percentile, calib_samples=args.calib_samples,
-                             batch_size=args.batch_size, exclude=tuple(args.exclude), threads=args.threads)
+                             batch_size=args.batch_size, exclude=tuple(args.exclude), threads=args.threads, target=args.target,
+                             time_kernels=not args.no_kernel_timing)
         evaluator = None
         if args.max_drop is not None and not args.evaluate:
             raise ValueError("--max-drop needs --evaluate: the metric whose drop it bounds")
@@ -163,7 +173,10 @@ def _print_summary(s: dict, report_path: Path | None) -> None:
     size = s["size_bytes"]
     facts.add_row("output", s["output"])
     facts.add_row("size", f"{size['fp32'] / 1e6:.2f} MB -> {size['int8'] / 1e6:.2f} MB")
-    facts.add_row("calibration", f"{s['calibration']['samples']} samples, {s['calibration']['seconds']:.1f} s, method {s['recipe']['method']}")
+    recipe = s["recipe"]
+    facts.add_row("target", f"{recipe['target']} (this CPU: {host_target()})")
+    facts.add_row("kernel timing", s["kernel_timing"])
+    facts.add_row("calibration", f"{s['calibration']['samples']} samples, {s['calibration']['seconds']:.1f} s, method {recipe['method']}")
     for name, db in s["output_sqnr_db"].items():
         facts.add_row(f"output SQNR {name}", f"{db:.1f} dB on {s['sqnr_samples']}")
     if "throughput" in s:

@@ -4,6 +4,7 @@ from dataclasses import asdict, dataclass
 
 from calibration import METHODS
 from quantize.policy import TRANSFORMER_FP32_OPS
+from quantize.target import TARGETS
 
 
 @dataclass(frozen=True)
@@ -19,6 +20,8 @@ class QuantConfig:
     smooth_alpha: float | None = None  # move activation outliers into GEMM weights (SmoothQuant)
     wide_outputs: tuple[str, ...] = ()  # Conv nodes whose output, read by FP32 ops only, gets 4 more bits near 0 (passes/widen_output.py)
     residual_inputs: tuple[str, ...] = ()  # Conv nodes, read by FP32 ops only, whose input gets 8 more bits (passes/residual_input.py)
+    target: str = "auto"  # the CPU's INT8 path the model is made for: auto (this machine) | avx2 | vnni | amx (quantize/target.py)
+    time_kernels: bool = True  # on this machine's target, keep FP32 the Convs/GEMMs whose INT8 kernel measures slower (quantize/kernel_timing.py)
 
     @classmethod
     def transformer(cls, **overrides) -> "QuantConfig":
@@ -29,6 +32,8 @@ class QuantConfig:
         return cls(**{"method": "percentile", "exclude": TRANSFORMER_FP32_OPS, "activation_matmuls": False, "smooth_alpha": 0.8, **overrides})
 
     def __post_init__(self):
+        if self.target not in ("auto", *TARGETS):
+            raise ValueError(f"unknown target {self.target!r}; choose from auto, {', '.join(TARGETS)}")
         if self.method not in METHODS:
             raise ValueError(f"unknown calibration method {self.method!r}; choose from {', '.join(METHODS)}")
         if self.smooth_alpha is not None and not 0 <= self.smooth_alpha <= 1:

@@ -6,7 +6,7 @@
 
 import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
@@ -14,7 +14,7 @@ import onnx
 import onnx_ir as ir
 
 from calibration import ImagePreprocess, InputSpec, collect_channel_absmax, collect_histograms, open_calibration
-from quantize import coverage, passes
+from quantize import coverage, kernel_timing, passes
 from quantize.config import QuantConfig
 from quantize.errors import QuantizeError
 from quantize.frontend import load_model
@@ -22,6 +22,7 @@ from quantize.passes.smooth_activations import smoothing_scales, weight_gemm_rea
 from quantize.plan import QuantPlan, make_plan
 from quantize.policy import ABSORBABLE_ACTIVATIONS, RULES, is_float, select_nodes
 from quantize.runtime import session
+from quantize.target import TARGET_KEY, host_target, resolve, weight_qmax
 from quantize.validate import layer_sqnr, output_sqnr
 
 __version__ = "0.1.0"
@@ -44,6 +45,7 @@ class Calibration:
     original: onnx.ModelProto
     clean: onnx.ModelProto
     nodes: frozenset[str]
+    slower_in_int8: dict[str, str]  # chosen nodes kept FP32 because their INT8 kernel measured slower, with why
     histograms: dict
     samples: int
     seconds: float
@@ -67,6 +69,7 @@ class QuantizeResult:
 
 def quantize_(model_path, calib, config: QuantConfig = QuantConfig(), image_preprocess: ImagePreprocess | None = None,
               progress: Callable[[int, int], None] = lambda done, total: None) -> QuantizeResult:
+    config = replace(config, target=resolve(config.target))
     original = load_model(model_path)
     clean = ir.serde.serialize_model(passes.cleanup(ir.serde.deserialize_model(original)))
     inputs = input_specs(clean)
@@ -80,13 +83,17 @@ def quantize_(model_path, calib, config: QuantConfig = QuantConfig(), image_prep
     nodes = select_nodes(graph, config.exclude, config.activation_matmuls)
     _check_refined_convs(graph, nodes, config, model_path)
     start = time.perf_counter()
+    scaling_muls: set[str] = set()
     if config.smooth_alpha is not None:
         clean, scaling_muls = _smoothed(clean, graph, nodes, source, n_cal, batch_size, config)
         _check_cleanup(original, clean, held_out[0], model_path)
         graph = ir.serde.deserialize_model(clean)
         nodes = select_nodes(graph, config.exclude, config.activation_matmuls) - scaling_muls
+    slower = _slower_in_int8(clean, graph, nodes, held_out[0], config)
+    if slower:  # selected again, so that no data movement is left feeding them uint8
+        nodes = select_nodes(graph, (*config.exclude, *slower), config.activation_matmuls) - scaling_muls
     histograms = collect_histograms(clean, observed_tensors(graph, nodes), source, n_cal, batch_size, config.threads, progress)
-    calibration = Calibration(original, clean, frozenset(nodes), histograms, n_cal, time.perf_counter() - start)
+    calibration = Calibration(original, clean, frozenset(nodes), slower, histograms, n_cal, time.perf_counter() - start)
     sqnr_samples = f"{held_range[1] - held_range[0]} held-out samples" if held_range[0] >= n_cal else f"{held_range[1]} calibration samples (none left to hold out)"
     return _lower(calibration, config, held_out, sqnr_samples, {})
 
@@ -100,7 +107,7 @@ def qdq_model(result: QuantizeResult, fp32_nodes: set[str]) -> onnx.ModelProto:
     """The Q/DQ model with `fp32_nodes` in FP32, without the coverage check: a quick trial."""
     graph = ir.serde.deserialize_model(result.calibration.clean)
     config = result.config
-    plan = make_plan(graph, set(result.calibration.nodes) - fp32_nodes, result.calibration.histograms, config.method, config.percentile, config.wide_outputs, config.residual_inputs)
+    plan = make_plan(graph, set(result.calibration.nodes) - fp32_nodes, result.calibration.histograms, config)
     return ir.serde.serialize_model(passes.lower_to_qdq(graph, plan))
 
 
@@ -113,7 +120,7 @@ def _lower(calibration: Calibration, config: QuantConfig, held_out: list[dict], 
         model=int8,
         fp32_model=clean,
         config=config,
-        decisions=_decisions(graph, plan, {**islands, **fallback}, config.exclude),
+        decisions=_decisions(graph, plan, {**calibration.slower_in_int8, **islands, **fallback}, config.exclude),
         kernels=coverage.kernel_counts(executed),
         calibration_samples=calibration.samples,
         calibration_seconds=calibration.seconds,
@@ -130,7 +137,7 @@ def _lower_without_islands(clean: onnx.ModelProto, graph: ir.Model, nodes: set[s
     left. Returns the INT8 model, its plan, ORT's executed graph, and the dropped nodes."""
     islands: dict[str, str] = {}
     for _ in range(MAX_ISLAND_ROUNDS):
-        plan = make_plan(graph, nodes, histograms, config.method, config.percentile, config.wide_outputs, config.residual_inputs)
+        plan = make_plan(graph, nodes, histograms, config)
         int8 = ir.serde.serialize_model(passes.lower_to_qdq(ir.serde.deserialize_model(clean), plan))
         executed = coverage.optimized_graph(int8)
         found = coverage.float_islands(executed, plan.nodes)
@@ -139,6 +146,13 @@ def _lower_without_islands(clean: onnx.ModelProto, graph: ir.Model, nodes: set[s
         islands.update({name: "ORT ran it in float between Q/DQ (no fusion for this pattern), so it stays FP32" for name in found})
         nodes = nodes - found
     return int8, plan, executed, islands
+
+
+def _slower_in_int8(clean: onnx.ModelProto, graph: ir.Model, nodes: set[str], feeds: dict, config: QuantConfig) -> dict[str, str]:
+    """Kernel timings describe this machine: they decide only for its own target."""
+    if not config.time_kernels or config.target != host_target():
+        return {}
+    return kernel_timing.slower_in_int8(clean, graph, nodes, feeds, weight_qmax(config.target), config.target, config.threads)
 
 
 def _smoothed(clean: onnx.ModelProto, graph: ir.Model, nodes: set[str], source, n_cal: int, batch_size: int,
@@ -237,6 +251,7 @@ def _stamp(int8: onnx.ModelProto, original: onnx.ModelProto, config: QuantConfig
     kept = {p.key: p.value for p in original.metadata_props}
     kept["quantize.recipe"] = json.dumps(config.to_dict())
     kept["quantize.calibration_method"] = config.method
+    kept[TARGET_KEY] = config.target
     kept["quantize.version"] = __version__
     del int8.metadata_props[:]
     for key, value in kept.items():
@@ -260,6 +275,8 @@ def _decisions(graph: ir.Model, plan: QuantPlan, islands: dict[str, str], exclud
             out.append(NodeDecision(node.name, node.op_type, "fp32", "data movement outside an INT8 region"))
         elif node.op_type in RULES:
             out.append(NodeDecision(node.name, node.op_type, "fp32", "its weight is not a constant"))
+        elif node.op_type in ABSORBABLE_ACTIVATIONS:
+            out.append(NodeDecision(node.name, node.op_type, "fp32", "the op before it is FP32 (a Relu runs in INT8 only as its clamp)"))
         elif node.outputs and is_float(node.outputs[0]):
             out.append(NodeDecision(node.name, node.op_type, "fp32", "no INT8 kernel in ONNX Runtime"))
     return out

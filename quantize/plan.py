@@ -9,22 +9,26 @@ from dataclasses import dataclass, field
 import onnx_ir as ir
 
 from calibration import StreamingHistogram, choose_range
+from quantize.config import QuantConfig
 from quantize.policy import ABSORBABLE_ACTIVATIONS, RULES
+from quantize.target import weight_qmax
 
 
 @dataclass
 class QuantPlan:
     nodes: set[str]
     ranges: dict[str, tuple[float, float]]
+    weight_qmax: int  # the target's int8 weight range (quantize/target.py)
     absorbed: dict[str, str] = field(default_factory=dict)  # Relu node -> tensor whose uint8 clamp replaces it
     wide: set[str] = field(default_factory=set)  # Convs whose output is requantized at two scales (passes/widen_output.py)
     residual: set[str] = field(default_factory=set)  # Convs whose input's rounding residual gets its own Conv (passes/residual_input.py)
 
 
-def make_plan(model: ir.Model, nodes: set[str], histograms: dict[str, StreamingHistogram], method: str, percent: float,
-              wide: tuple[str, ...] = (), residual: tuple[str, ...] = ()) -> QuantPlan:
-    ranges = {name: choose_range(h, method, percent) for name, h in histograms.items() if h.total}
-    plan = QuantPlan(set(nodes), ranges, wide=set(wide) & set(nodes), residual=set(residual) & set(nodes))
+def make_plan(model: ir.Model, nodes: set[str], histograms: dict[str, StreamingHistogram], config: QuantConfig) -> QuantPlan:
+    """The plan for `nodes` under `config` (whose target must be resolved, not "auto")."""
+    ranges = {name: choose_range(h, config.method, config.percentile) for name, h in histograms.items() if h.total}
+    plan = QuantPlan(set(nodes), ranges, weight_qmax(config.target), wide=set(config.wide_outputs) & set(nodes),
+                     residual=set(config.residual_inputs) & set(nodes))
     alias: dict[str, str] = {}
     for node in model.graph:
         if _absorbable(node, plan.nodes):

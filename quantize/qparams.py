@@ -1,13 +1,13 @@
 """INT8 arithmetic: affine uint8 activations, symmetric int8 weights, int32 biases.
 
 This is the U8S8 scheme of ONNX Runtime's fast x86 kernels (MLAS): uint8 activations with a
-zero point, int8 weights with zero point 0, int32 bias at scale s_activation * s_weight.
+zero point, int8 weights with zero point 0, int32 bias at scale s_activation * s_weight. How wide
+the weights may be depends on the target's kernels (`quantize.target.weight_qmax`).
 """
 
 import numpy as np
 
 QMIN_U8, QMAX_U8 = 0, 255
-WEIGHT_QMAX = 127  # symmetric [-127, 127]: the negated range is representable too
 INT32_MAX = np.iinfo(np.int32).max
 
 
@@ -20,16 +20,17 @@ def activation_qparams(lo: float, hi: float) -> tuple[np.float32, np.uint8]:
     return np.float32(scale), np.uint8(zero_point)
 
 
-def quantize_weight(weight: np.ndarray, axis: int | None) -> tuple[np.ndarray, np.ndarray]:
-    """int8 weights and float32 scales, per channel along `axis` (or one scale if None)."""
+def quantize_weight(weight: np.ndarray, axis: int | None, qmax: int) -> tuple[np.ndarray, np.ndarray]:
+    """int8 weights in [-qmax, qmax] (symmetric: the negated range is representable too) and
+    float32 scales, per channel along `axis` (or one scale if None)."""
     if axis is None:
         peak = np.abs(weight).max(keepdims=True).reshape(())
     else:
         reduce = tuple(i for i in range(weight.ndim) if i != axis)
         peak = np.abs(weight).max(axis=reduce)
-    scale = np.where(peak > 0, peak / WEIGHT_QMAX, 1.0).astype(np.float32)
+    scale = np.where(peak > 0, peak / qmax, 1.0).astype(np.float32)
     shaped = scale if axis is None else scale.reshape([-1 if i == axis else 1 for i in range(weight.ndim)])
-    q = np.clip(np.round(weight / shaped), -WEIGHT_QMAX, WEIGHT_QMAX).astype(np.int8)
+    q = np.clip(np.round(weight / shaped), -qmax, qmax).astype(np.int8)
     return q, scale
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from quantize import bench
 from quantize.atomic import write_text
 from quantize.pipeline import QuantizeResult
-from quantize.runtime import cpu_isa
+from quantize.target import host_isa, host_target
 
 
 def summarize(result: QuantizeResult) -> dict:
@@ -30,15 +30,24 @@ def summarize(result: QuantizeResult) -> dict:
             "fp32_nodes": [vars(d) for d in result.decisions if d.precision == "fp32"],
             "ort_kernels": result.kernels,
         },
+        "kernel_timing": _kernel_timing(result.config),
         "output_sqnr_db": result.output_sqnr_db,
         "sqnr_samples": result.sqnr_samples,
         "layer_sqnr_db": result.layer_sqnr_db,
     }
 
 
+def _kernel_timing(config) -> str:
+    if not config.time_kernels:
+        return "off: every chosen node is INT8"
+    if config.target != host_target():
+        return f"not measured: the target {config.target} is not this CPU's ({host_target()})"
+    return f"measured on this CPU ({config.target}): nodes whose INT8 kernel is slower stay FP32"
+
+
 def evaluate(summary: dict, result: QuantizeResult, evaluator=None, seconds: float = 3.0) -> dict:
     """The summary plus throughput FP32 vs INT8 on a held-out batch and, if given, the task metric."""
-    report = dict(summary, isa=cpu_isa())
+    report = dict(summary, isa=host_isa())
     speed = bench.compare_sessions({"fp32": result.fp32_model, "int8": result.model},
                                    result.held_out[0], result.config.threads, seconds)
     report["throughput"] = dict(speed, speedup=speed["int8"]["throughput"] / speed["fp32"]["throughput"])

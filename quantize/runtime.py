@@ -1,6 +1,7 @@
-"""Running models: ONNX Runtime sessions on the CPU, and which integer ISA paths exist here."""
+"""Running models: ONNX Runtime sessions on the CPU."""
 
 import tempfile
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -8,13 +9,37 @@ import onnx
 import onnxruntime as ort
 
 from quantize.modelio import is_large, save_model
-
-# The x86 features that decide which MLAS INT8 kernels ONNX Runtime picks.
-ISA_FLAGS = ("avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx_vnni_int8", "avx512_bf16", "amx_tile", "amx_int8", "amx_bf16")
+from quantize.target import EXACT_U8U8_OPTION, TARGET_KEY, host_target, saturates
 
 
-def session(model: onnx.ModelProto | Path, threads: int = 0, optimized_path: Path | None = None) -> ort.InferenceSession:
-    """A CPU session with all graph optimisations, for a model in memory or on disk."""
+class TargetMismatchWarning(UserWarning):
+    """A model quantized for full-range int8 weights runs on a CPU whose kernels saturate."""
+
+
+def session(model: onnx.ModelProto | Path, threads: int = 0, optimized_path: Path | None = None,
+            exact_kernels: bool | None = None) -> ort.InferenceSession:
+    """A CPU session with all graph optimisations, for a model in memory or on disk.
+
+    By default (`exact_kernels=None`) a model quantize made for a VNNI or AMX CPU, run on one
+    whose U8S8 kernels saturate, gets ORT's exact U8U8 kernels instead (slower), with a
+    TargetMismatchWarning naming both; True asks for the U8U8 kernels, False for ORT's default.
+    """
+    if exact_kernels is not None:
+        options = _options(threads, optimized_path)
+        if exact_kernels:
+            options.add_session_config_entry(EXACT_U8U8_OPTION, "1")
+        return _session(model, options)
+    sess = _session(model, _options(threads, optimized_path))
+    made_for = sess.get_modelmeta().custom_metadata_map.get(TARGET_KEY)
+    if made_for is None or not saturates(host_target()) or saturates(made_for):
+        return sess
+    warnings.warn(f"this model was quantized for {made_for} (full-range int8 weights), but this CPU's INT8 path is "
+                  f"{host_target()}, whose kernels saturate: running ORT's exact U8U8 kernels, slower; "
+                  f"re-quantize with --target {host_target()} for a model that is exact and fast here", TargetMismatchWarning, stacklevel=2)
+    return session(model, threads, optimized_path, exact_kernels=True)
+
+
+def _options(threads: int, optimized_path: Path | None) -> ort.SessionOptions:
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.intra_op_num_threads = threads
@@ -23,6 +48,10 @@ def session(model: onnx.ModelProto | Path, threads: int = 0, optimized_path: Pat
     if optimized_path is not None:
         options.optimized_model_filepath = str(optimized_path)
         options.add_session_config_entry("session.optimized_model_external_initializers_file_name", f"{Path(optimized_path).name}.data")
+    return options
+
+
+def _session(model: onnx.ModelProto | Path, options: ort.SessionOptions) -> ort.InferenceSession:
     if isinstance(model, (str, Path)):
         return ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
     if not is_large(model):
@@ -38,36 +67,3 @@ def run_batches(sess: ort.InferenceSession, feeds: dict[str, np.ndarray], batch:
     n = len(next(iter(feeds.values())))
     parts = [sess.run(None, {k: v[i:i + batch] for k, v in feeds.items()}) for i in range(0, n, batch)]
     return [np.concatenate(outs) for outs in zip(*parts)]
-
-
-def cpu_isa() -> dict:
-    """CPU model, the integer-relevant ISA flags present, and the ORT version."""
-    flags, model_name = set(), "unknown"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags") and not flags:
-                flags = set(line.split(":", 1)[1].split())
-            elif line.startswith("model name") and model_name == "unknown":
-                model_name = line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    present = [f for f in ISA_FLAGS if f in flags]
-    return {
-        "cpu": model_name,
-        "isa_flags": present,
-        "int8_gemm_path": _int8_path(set(present)),
-        "onnxruntime": ort.__version__,
-    }
-
-
-def _int8_path(flags: set[str]) -> str:
-    """The best MLAS U8S8 path these flags allow (MLAS dispatches on the same CPUID bits)."""
-    if {"amx_tile", "amx_int8"} <= flags:
-        return "AMX-INT8 (GEMM), AVX512-VNNI (conv)"
-    if "avx512_vnni" in flags:
-        return "AVX512-VNNI"
-    if "avx_vnni" in flags:
-        return "AVX-VNNI"
-    if "avx512f" in flags:
-        return "AVX512 (no VNNI)"
-    return "AVX2" if "avx2" in flags else "SSE"

@@ -35,15 +35,15 @@ def layer_sqnr(fp32: onnx.ModelProto, int8: onnx.ModelProto, clamped: set[str], 
              for o in n.output if o.endswith(suffix) and o[: -len(suffix)] in fp32_names}
     if not pairs:
         return {}
-    ref = _run_with_outputs(fp32, list(pairs), batch, threads)
-    got = _run_with_outputs(int8, list(pairs.values()), batch, threads)
+    ref = run_with_outputs(fp32, list(pairs), batch, threads)
+    got = run_with_outputs(int8, list(pairs.values()), batch, threads)
     result = {}
     for (name, _), r, g in zip(pairs.items(), ref, got):
         result[name] = sqnr_db(np.maximum(r, 0) if name in clamped else r, g)
     return result
 
 
-def _run_with_outputs(model: onnx.ModelProto, names: list[str], batch: dict, threads: int) -> list[np.ndarray]:
+def run_with_outputs(model: onnx.ModelProto, names: list[str], batch: dict, threads: int) -> list[np.ndarray]:
     exposed = onnx.ModelProto()
     exposed.CopyFrom(model)
     present = {o.name for o in exposed.graph.output}

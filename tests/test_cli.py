@@ -11,6 +11,7 @@ import onnx
 import pytest
 
 from conftest import images
+from quantize.target import host_target, saturates
 
 
 def quantize(*args, cwd=None):
@@ -25,14 +26,15 @@ def test_success_writes_the_model_and_a_json_summary(conv_model, calib_npz, tmp_
     out = tmp_path / "out" / "net.int8.onnx"
     out.parent.mkdir()
     before = _digest(conv_model), _digest(calib_npz)
-    run = quantize(conv_model, "--calib", calib_npz, "-o", out, "--calib-samples", 100, "--json")
+    run = quantize(conv_model, "--calib", calib_npz, "-o", out, "--calib-samples", 100, "--json", "--no-kernel-timing")
     assert run.returncode == 0, run.stderr
     summary = json.loads(run.stdout)
     assert summary["coverage"]["by_op_type"]["Conv"] == {"int8": 2, "fp32": 0}
+    assert summary["kernel_timing"].startswith("off") and summary["recipe"]["target"] == host_target()
     assert summary["size_bytes"]["int8"] < summary["size_bytes"]["fp32"]
     assert summary["calibration"]["samples"] == 100
     model = onnx.load(str(out))
-    assert {p.key for p in model.metadata_props} >= {"quantize.recipe", "quantize.calibration_method"}
+    assert {p.key for p in model.metadata_props} >= {"quantize.recipe", "quantize.calibration_method", "quantize.target"}
     assert os.listdir(out.parent) == ["net.int8.onnx"]  # no temporary file left behind
     assert (_digest(conv_model), _digest(calib_npz)) == before
 
@@ -115,3 +117,18 @@ def test_image_directory_with_preprocessing_flags(conv_model, tmp_path):
     model = onnx.load(str(tmp_path / "q.onnx"))
     scale = next(onnx.numpy_helper.to_array(t) for t in model.graph.initializer if t.name == "x_scale")
     assert scale == pytest.approx(4 / 255, rel=1e-4)  # (pixel/255 - 0.5) / 0.25 spans [-2, 2]
+
+
+def test_a_target_other_than_this_cpus_is_recorded_and_a_saturating_mismatch_warns_in_one_line(conv_model, calib_npz, tmp_path):
+    """Made for vnni on a CPU whose kernels saturate, the model's own validation runs ORT's exact
+    kernels and says so; made for avx2 anywhere, nothing to warn about."""
+    other = "vnni" if saturates(host_target()) else "avx2"
+    run = quantize(conv_model, "--calib", calib_npz, "-o", tmp_path / "m.onnx", "--target", other, "--json")
+    assert run.returncode == 0, run.stderr
+    summary = json.loads(run.stdout)
+    assert summary["recipe"]["target"] == other and summary["kernel_timing"].startswith("not measured")
+    warnings = [line for line in run.stderr.splitlines() if "warning" in line]
+    if other == "vnni":
+        assert warnings and all(line.startswith("quantize: warning: this model was quantized for vnni") for line in warnings)
+    else:
+        assert warnings == []

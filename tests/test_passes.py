@@ -15,7 +15,10 @@ from quantize.passes.fold_conv3d import FoldConv3DPass
 from quantize.passes.smooth_activations import smoothing_scales
 from quantize.plan import QuantPlan
 from quantize.runtime import session
-from quantize.validate import _run_with_outputs
+from quantize.target import host_target, weight_qmax
+from quantize.validate import run_with_outputs
+
+HOST_WEIGHT_QMAX = weight_qmax(host_target())  # plans built by hand run on this machine's kernels
 
 
 def _run(model, x):
@@ -70,7 +73,7 @@ def _plan_for(model: ir.Model, nodes: set[str]) -> QuantPlan:
     x = images(64)
     source = CalibrationSource(Path("memory"), input_specs(ir.serde.serialize_model(model)), len(x), lambda a, b: {"x": x[a:b]})
     histograms = collect_histograms(ir.serde.serialize_model(model), list(dict.fromkeys(names)), source, len(x))
-    return QuantPlan(nodes, {name: (min(h.min, 0.0), max(h.max, 0.0)) for name, h in histograms.items()})
+    return QuantPlan(nodes, {name: (min(h.min, 0.0), max(h.max, 0.0)) for name, h in histograms.items()}, HOST_WEIGHT_QMAX)
 
 
 def test_qdq_insertion_gives_per_channel_int8_weights_and_int32_bias():
@@ -283,7 +286,7 @@ def test_smoothing_after_an_erf_gelu_folds_into_its_constant_mul_and_keeps_the_f
     original = _gelu_net()
     model = ir.serde.deserialize_model(original)
     x = np.random.default_rng(5).normal(0, 1, (64, 16)).astype(np.float32)
-    g = _run_with_outputs(original, ["g"], {"x": x}, threads=0)[0]
+    g = run_with_outputs(original, ["g"], {"x": x}, threads=0)[0]
     scales = smoothing_scales(model, {"g": np.abs(g).max(axis=0), "x": np.abs(x).max(axis=0)}, alpha=0.8)
     assert set(scales) == {"g"}  # x is a graph input, not a LayerNorm or GELU output
     assert scales["g"][2] > 5 * np.median(scales["g"])
@@ -335,8 +338,8 @@ def test_a_widened_conv_output_is_16x_finer_near_zero_and_unchanged_beyond():
     x = np.random.default_rng(1).uniform(0, 1, (16, 1, 8, 8)).astype(np.float32)
     exact = np.abs(_run(_conv_read_by_fp32(), x))
     ranges = {"x": (0.0, 1.0), "c": (-float(exact.max()), float(exact.max()))}
-    coarse = ir.serde.serialize_model(passes.lower_to_qdq(_conv_read_by_fp32(), QuantPlan({"conv"}, dict(ranges))))
-    widened = ir.serde.serialize_model(passes.lower_to_qdq(_conv_read_by_fp32(), QuantPlan({"conv"}, dict(ranges), wide={"conv"})))
+    coarse = ir.serde.serialize_model(passes.lower_to_qdq(_conv_read_by_fp32(), QuantPlan({"conv"}, dict(ranges), HOST_WEIGHT_QMAX)))
+    widened = ir.serde.serialize_model(passes.lower_to_qdq(_conv_read_by_fp32(), QuantPlan({"conv"}, dict(ranges), HOST_WEIGHT_QMAX, wide={"conv"})))
     assert kernel_counts(optimized_graph(widened))["int8"]["QLinearConv"] == 2
     got_coarse, got_wide = _run(coarse, x), _run(widened, x)
     fine_limit = exact.max() / FINE_RATIO
@@ -456,8 +459,8 @@ def test_a_residual_input_conv_removes_most_of_the_input_rounding():
     x = np.random.default_rng(5).uniform(0, 1, (16, 1, 8, 8)).astype(np.float32)
     x[:, :, 0, 0] = 30.0
     ranges = {"x": (0.0, 30.0), "c": (-30.0, 30.0)}
-    widened = ir.serde.serialize_model(passes.lower_to_qdq(_identity_conv_read_by_fp32(), QuantPlan({"conv"}, dict(ranges), wide={"conv"})))
-    both = ir.serde.serialize_model(passes.lower_to_qdq(_identity_conv_read_by_fp32(), QuantPlan({"conv"}, dict(ranges), wide={"conv"}, residual={"conv"})))
+    widened = ir.serde.serialize_model(passes.lower_to_qdq(_identity_conv_read_by_fp32(), QuantPlan({"conv"}, dict(ranges), HOST_WEIGHT_QMAX, wide={"conv"})))
+    both = ir.serde.serialize_model(passes.lower_to_qdq(_identity_conv_read_by_fp32(), QuantPlan({"conv"}, dict(ranges), HOST_WEIGHT_QMAX, wide={"conv"}, residual={"conv"})))
     assert kernel_counts(optimized_graph(both))["int8"]["QLinearConv"] == 3
     small = x < 1  # the 30s are beyond the fine output range, and saturate the coarse one
     error_widened, error_both = (np.std((_run(m, x) - x)[small]) for m in (widened, both))
@@ -486,7 +489,8 @@ def test_data_movement_between_an_fp32_op_and_an_int8_conv_runs_on_uint8_at_one_
     x = np.random.default_rng(7).normal(size=(64, 1, 8, 8)).astype(np.float32)
     source = CalibrationSource(Path("memory"), input_specs(ir.serde.serialize_model(model)), len(x), lambda a, b: {"x": x[a:b]})
     names = ["a", "s1", "s2", "cat", "y"]
-    plan = make_plan(model, chosen, collect_histograms(ir.serde.serialize_model(model), names, source, len(x)), "minmax", 100.0)
+    plan = make_plan(model, chosen, collect_histograms(ir.serde.serialize_model(model), names, source, len(x)),
+                     QuantConfig(method="minmax", percentile=100.0, target="vnni"))
     assert plan.ranges["cat"] == plan.ranges["s1"] == plan.ranges["s2"] == plan.ranges["a"]
 
 

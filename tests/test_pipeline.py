@@ -14,7 +14,7 @@ from quantize.runtime import session
 
 
 def test_every_compute_op_of_a_cnn_runs_as_an_integer_kernel(conv_model, calib_npz):
-    result = quantize_(conv_model, calib_npz, QuantConfig(calib_samples=100))
+    result = quantize_(conv_model, calib_npz, QuantConfig(calib_samples=100, time_kernels=False))
     assert result.kernels["int8"] == {"QGemm": 1, "QLinearAdd": 1, "QLinearConv": 2, "QLinearGlobalAveragePool": 1}
     assert result.kernels["float"] == {}, result.kernels["float"]
     assert {d.op_type for d in result.decisions if d.precision == "fp32"} <= {"Flatten"}
@@ -32,7 +32,7 @@ def test_every_method_gives_a_faithful_model(conv_model, calib_npz, method):
 
 
 def test_exclude_by_op_type_and_by_name(conv_model, calib_npz):
-    result = quantize_(conv_model, calib_npz, QuantConfig(calib_samples=100, exclude=("Add", "conv1")))
+    result = quantize_(conv_model, calib_npz, QuantConfig(calib_samples=100, exclude=("Add", "conv1"), time_kernels=False))
     fp32 = {d.name: d.reason for d in result.decisions if d.precision == "fp32"}
     assert fp32["add1"] == fp32["conv1"] == "excluded by the user"
     assert "QLinearAdd" not in result.kernels["int8"] and result.kernels["int8"].get("QLinearConv") == 1
@@ -45,7 +45,7 @@ def test_ops_ort_cannot_run_in_int8_are_left_in_fp32_not_wrapped(tmp_path, calib
     gap.input[0] = "t2"
     onnx.save(model, str(tmp_path / "tanh.onnx"))
     monkeypatch.setitem(RULES, "Tanh", OpRule())  # pretend the policy thought ORT had a kernel
-    result = quantize_(tmp_path / "tanh.onnx", calib_npz, QuantConfig(calib_samples=100))
+    result = quantize_(tmp_path / "tanh.onnx", calib_npz, QuantConfig(calib_samples=100, time_kernels=False))
     decision = next(d for d in result.decisions if d.name == "tanh")
     assert decision.precision == "fp32" and "no fusion for this pattern" in decision.reason
     # It now sits on the border of two INT8 regions; no Q/DQ pair exists for its sake.
@@ -99,7 +99,7 @@ def test_a_fixed_batch_dimension_is_respected(tmp_path):
 def test_every_op_of_the_policy_table_becomes_an_integer_kernel(tmp_path):
     onnx.save(mixed_ops_net(), str(tmp_path / "mixed.onnx"))
     np.save(tmp_path / "x.npy", images(80))
-    result = quantize_(tmp_path / "mixed.onnx", tmp_path / "x.npy", QuantConfig())
+    result = quantize_(tmp_path / "mixed.onnx", tmp_path / "x.npy", QuantConfig(time_kernels=False))
     assert result.kernels["float"] == {}
     assert result.kernels["int8"] == {"QLinearAveragePool": 1, "QLinearConcat": 1, "QLinearConv": 4, "QLinearLeakyRelu": 1,
                                       "QLinearMul": 1, "QLinearSigmoid": 1}
@@ -112,7 +112,7 @@ def test_token_model_with_integer_ids_mask_and_sequence_matmuls(tmp_path):
     onnx.save(token_net(), str(tmp_path / "tokens.onnx"))
     rng = np.random.default_rng(0)
     np.savez(tmp_path / "c.npz", ids=rng.integers(0, 100, (100, 12)), mask=(rng.random((100, 12)) > 0.2).astype(np.float32))
-    result = quantize_(tmp_path / "tokens.onnx", tmp_path / "c.npz", QuantConfig())
+    result = quantize_(tmp_path / "tokens.onnx", tmp_path / "c.npz", QuantConfig(time_kernels=False))
     # the bias Add too; the last MatMul feeds the FP32 Softmax, so it keeps a float output
     assert result.kernels["int8"] == {"QLinearAdd": 1, "QLinearMatMul": 1, "MatMulIntegerToFloat": 1, "QLinearMul": 1}
     assert "o_QuantizeLinear" not in {n.name for n in result.model.graph.node}
@@ -147,7 +147,7 @@ def test_transformer_recipe_quantizes_weight_matmuls_only_and_takes_feeds_of_any
     onnx.save(attention_net(), str(tmp_path / "attention.onnx"))
     rng = np.random.default_rng(0)
     feeds = [{"x": rng.normal(0, 1, (2, length, 16)).astype(np.float32)} for length in (3, 7, 12, 5, 9, 4)]
-    result = quantize_(tmp_path / "attention.onnx", feeds, QuantConfig.transformer())
+    result = quantize_(tmp_path / "attention.onnx", feeds, QuantConfig.transformer(time_kernels=False))
     precision = {d.name: d.precision for d in result.decisions}
     assert {n: precision[n] for n in ("query", "key", "out")} == {"query": "int8", "key": "int8", "out": "int8"}
     assert {n: precision[n] for n in ("scores", "context", "residual", "key_t")} == dict.fromkeys(("scores", "context", "residual", "key_t"), "fp32")
@@ -168,3 +168,14 @@ def test_refined_convs_must_be_convs_that_only_fp32_ops_read(conv_model, calib_n
         quantize_(conv_model, calib_npz, QuantConfig(**{option: ("fc",)}))
     with pytest.raises(QuantizeError, match="read by INT8"):
         quantize_(conv_model, calib_npz, QuantConfig(**{option: ("conv2",)}))
+
+
+def test_an_excluded_conv_between_int8_neighbours_really_runs_in_fp32(conv_model, calib_npz):
+    """ORT's WeightBiasQuantization would round the weight of a float Conv fed by a per-tensor
+    DequantizeLinear to int8 and fuse it into QLinearConv; the FP32 Conv reads a per-channel one."""
+    result = quantize_(conv_model, calib_npz, QuantConfig(calib_samples=100, exclude=("conv2",), time_kernels=False))
+    assert result.kernels["int8"]["QLinearConv"] == 1 and result.kernels["int8"]["QLinearAdd"] == 1
+    graph = optimized_graph(result.model)
+    producer = {o: n for n in graph.node for o in n.output}
+    conv2 = next(n for n in graph.node if n.op_type == "Conv")  # ORT names it after its output, in its NCHWc layout
+    assert producer.get(conv2.input[1]) is None  # a float initializer, not a dequantized int8 one

@@ -33,7 +33,7 @@ from models.calogan.showers import write_showers
 from physics_metrics.showerfile import open_showers
 from quantize.atomic import write_text
 from quantize.cache import cache_dir
-from quantize.runtime import cpu_isa
+from quantize.target import host_isa
 
 CELL_SCALE, ENERGY_SCALE, CELL_FLOOR_GEV = 100.0, 100.0, 1e-6
 LOSS_WEIGHTS = (2.0, 0.1, 0.1)
@@ -57,7 +57,7 @@ class TrainRecipe:
 
 
 def training_precision() -> str:
-    return "mixed_bfloat16" if "avx512_bf16" in cpu_isa()["isa_flags"] else "float32"
+    return "mixed_bfloat16" if "avx512_bf16" in host_isa()["isa_flags"] else "float32"
 
 
 def train(recipe: TrainRecipe = TrainRecipe(), minutes: float = float("inf"), out_dir: Path | None = None, log=print) -> Path:

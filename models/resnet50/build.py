@@ -7,7 +7,7 @@ preprocessing recipe in its metadata), `calib.npz` (training images, never test 
 
 import json
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
@@ -65,6 +65,7 @@ def build(recipe: TrainRecipe = TrainRecipe(), out_dir: Path | None = None, log=
     proto = keras_to_onnx(model)
     recipe_meta = dict(data.PREPROCESS, size=recipe.size)
     proto.metadata_props.add(key="quantize.preprocess", value=json.dumps(recipe_meta))
+    proto.metadata_props.add(key="resnet50.train_recipe", value=json.dumps(asdict(recipe)))
     save_model(proto, onnx_path)
     log(f"wrote {onnx_path}")
     return out_dir

@@ -2,7 +2,7 @@
 
 For each planned node: float activation inputs and outputs get a uint8 Q -> DQ pair (one per
 tensor, shared by all consumers); the weight becomes an int8 initializer with per-channel
-scales behind a DequantizeLinear; the bias becomes int32 at scale s_input * s_weight.
+scales behind a DequantizeLinear, within the plan's weight range (the target's kernels); the bias becomes int32 at scale s_input * s_weight.
 """
 
 import numpy as np
@@ -16,6 +16,10 @@ from quantize.qparams import activation_qparams, quantize_bias, quantize_constan
 # ORT fuses these with a float output (QGemm, MatMulIntegerToFloat): when no quantized op reads
 # their output (a graph output, an FP32 op next), it stays float, with no requantization.
 FLOAT_OUTPUT_FUSIONS = {"Gemm", "MatMul"}
+# ORT's WeightBiasQuantization rounds the float weight of these ops to per-tensor full-range int8
+# when their input comes from a DequantizeLinear with one scale: an FP32 node of this kind reads a
+# DequantizeLinear of its own whose scale is repeated per channel (the same values, no match).
+WEIGHT_QUANTIZED_BY_ORT = {"Conv", "ConvTranspose", "Gemm"}
 
 
 class InsertQDQPass(ir.passes.InPlacePass):
@@ -40,6 +44,8 @@ class InsertQDQPass(ir.passes.InPlacePass):
                     self._route_through_qdq(graph, out)
                 else:
                     self._quantize_graph_output(graph, out)
+        for name, dequantized in list(self._dequantized.items()):
+            self._shield_fp32_readers(graph, name, dequantized)
         return ir.passes.PassResult(model, modified=bool(planned))
 
     def ensures(self, model: ir.Model) -> None:
@@ -79,6 +85,24 @@ class InsertQDQPass(ir.passes.InPlacePass):
             if user is not quantize_node:
                 user.replace_input_with(index, dequantized)
 
+    def _shield_fp32_readers(self, graph: ir.Graph, name: str, dequantized: ir.Value) -> None:
+        readers = [user for user, index in dequantized.uses() if index == 0 and user.op_type in WEIGHT_QUANTIZED_BY_ORT
+                   and user.name not in self.plan.nodes and len(user.inputs) > 1 and user.inputs[1] is not None
+                   and user.inputs[1].const_value is not None]
+        channels = dequantized.shape[1] if dequantized.shape is not None and len(dequantized.shape) > 1 else None
+        if not readers or not isinstance(channels, int) or channels < 2:
+            return
+        dq = dequantized.producer()
+        scale, zero_point = (v.const_value.numpy() for v in dq.inputs[1:])
+        per_channel = ir.Node("", "DequantizeLinear", [dq.inputs[0], add_initializer(graph, f"{name}_scale_per_channel", np.full(channels, scale)),
+                                                        add_initializer(graph, f"{name}_zero_point_per_channel", np.full(channels, zero_point))],
+                              attributes=[ir.AttrInt64("axis", 1)], name=f"{name}_DequantizeLinear_per_channel")
+        per_channel.outputs[0].name = f"{name}_dequantized_per_channel"
+        per_channel.outputs[0].type, per_channel.outputs[0].shape = dequantized.type, dequantized.shape
+        graph.insert_after(dq, per_channel)
+        for reader in readers:
+            reader.replace_input_with(0, per_channel.outputs[0])
+
     def _quantize_graph_output(self, graph: ir.Graph, value: ir.Value) -> None:
         """ORT fuses a Conv into QLinearConv only with a Q after it: end with Q -> DQ, under
         the output's own name."""
@@ -110,8 +134,8 @@ class InsertQDQPass(ir.passes.InPlacePass):
 
     def _weight(self, graph: ir.Graph, node: ir.Node, value: ir.Value) -> ir.Value:
         weight = value.const_value.numpy()
-        axis = _channel_axis(node, weight)
-        q, scale = quantize_weight(weight, axis)
+        axis = weight_channel_axis(node, weight)
+        q, scale = quantize_weight(weight, axis, self.plan.weight_qmax)
         self._weight_scales[node.name] = scale
         return self._dequantize_constant(graph, f"{node.name}_weight", q, scale, np.zeros_like(scale, np.int8), axis, value)
 
@@ -135,7 +159,7 @@ class InsertQDQPass(ir.passes.InPlacePass):
         return dq.outputs[0]
 
 
-def _channel_axis(node: ir.Node, weight: np.ndarray) -> int | None:
+def weight_channel_axis(node: ir.Node, weight: np.ndarray) -> int | None:
     """The output-channel axis of the weight, or None where one scale is all ORT takes."""
     if node.op_type == "Conv":
         return 0

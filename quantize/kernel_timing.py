@@ -1,0 +1,116 @@
+"""Is a node's INT8 kernel faster than FP32 on this CPU? Measured, not assumed.
+
+INT8 buys 4-8x on VNNI and AMX but only 1.5-2x on AVX2, and loses on some shapes (depthwise or
+very small convolutions) where packing and requantization cost more than the multiply saves.
+For each Conv, Gemm and weight MatMul the policy chose, two one-node models are timed on the
+node's input shape in one run of the FP32 model on a held-out batch, in interleaved blocks:
+
+    int8:  uint8 -> DequantizeLinear -> op(int8 weight, int32 bias) -> QuantizeLinear -> uint8
+           (ORT fuses it into QLinearConv / QGemm / QLinearMatMul)
+    fp32:  uint8 -> DequantizeLinear -> op(float weight)            -> QuantizeLinear -> uint8
+
+The FP32 side pays the dequantize and quantize it would need between INT8 neighbours, so a node
+goes back to FP32 only where FP32 wins even then, by more than MARGIN and MIN_GAIN_MS, in a first
+measurement and again in a longer second one: timing noise on a busy machine must not flip a
+decision (on AVX2, convs of a few channels measure INT8/FP32 = 1.0 +- 0.05; a 7x7 conv on 3
+input channels, a ResNet stem, 1.16). Nodes of one shape and one set of attributes are timed once.
+Timings describe this machine only: the pipeline measures only when the target is this CPU's.
+"""
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+from onnx import TensorProto, helper, numpy_helper
+
+from quantize import bench
+from quantize.passes.insert_qdq import weight_channel_axis
+from quantize.qparams import quantize_bias, quantize_weight
+from quantize.validate import run_with_outputs
+
+TIMED_OPS = {"Conv", "Gemm", "MatMul"}
+MARGIN = 0.10  # FP32 must be this much faster (relative) to win ...
+MIN_GAIN_MS = 0.05  # ... and by at least this much per batch
+SECONDS_PER_SHAPE = (0.3, 1.0)  # the first measurement, and the one that confirms it
+
+
+def slower_in_int8(model: onnx.ModelProto, graph: ir.Model, nodes: set[str], feeds: dict[str, np.ndarray], weight_qmax: int,
+                   target: str, threads: int = 0) -> dict[str, str]:
+    """The chosen nodes of `graph` (the IR of `model`) whose INT8 kernel measures slower than
+    FP32 here, each with the reason; shapes are those of `model` run on `feeds`."""
+    timed = [n for n in graph.graph if n.name in nodes and n.op_type in TIMED_OPS and n.inputs[1] is not None and n.inputs[1].const_value is not None]
+    shapes = _input_shapes(model, timed, feeds, threads)
+    verdicts: dict[tuple, str | None] = {}
+    slower = {}
+    for node in timed:
+        shape = shapes[node.inputs[0].name]
+        key = _signature(node, shape)
+        if key not in verdicts:
+            verdicts[key] = _verdict(node, shape, weight_qmax, target, threads)
+        if verdicts[key] is not None:
+            slower[node.name] = verdicts[key]
+    return slower
+
+
+def _verdict(node: ir.Node, shape: tuple[int, ...], weight_qmax: int, target: str, threads: int) -> str | None:
+    x = np.random.default_rng(0).integers(0, 256, shape, dtype=np.uint8)
+    models = {precision: _one_node_model(node, shape, precision, weight_qmax) for precision in ("int8", "fp32")}
+    for seconds in SECONDS_PER_SHAPE:
+        timed = bench.compare_sessions(models, {"x": x}, threads, seconds)
+        int8_ms, fp32_ms = (timed[p]["latency_ms_p50"] for p in ("int8", "fp32"))
+        if int8_ms <= fp32_ms * (1 + MARGIN) or int8_ms - fp32_ms < MIN_GAIN_MS:
+            return None
+    return f"INT8 slower than FP32 on {target}: {int8_ms:.2f} ms vs {fp32_ms:.2f} ms for a batch of {shape[0]}, measured here"
+
+
+def _one_node_model(node: ir.Node, shape: tuple[int, ...], precision: str, weight_qmax: int) -> onnx.ModelProto:
+    weight = node.inputs[1].const_value.numpy()
+    bias = node.inputs[2].const_value.numpy() if len(node.inputs) > 2 and node.inputs[2] is not None else None
+    one = numpy_helper.from_array(np.float32(1.0), "one")
+    mid = numpy_helper.from_array(np.uint8(128), "mid")
+    initializers, nodes = [one, mid], [helper.make_node("DequantizeLinear", ["x", "one", "mid"], ["x_float"])]
+    if precision == "fp32":  # as InsertQDQPass shields an FP32 reader from ORT's weight quantization
+        initializers += [numpy_helper.from_array(np.ones(shape[1], np.float32), "ones"), numpy_helper.from_array(np.full(shape[1], 128, np.uint8), "mids")]
+        nodes = [helper.make_node("DequantizeLinear", ["x", "ones", "mids"], ["x_float"], axis=1)]
+    if precision == "fp32":
+        initializers.append(numpy_helper.from_array(weight, "w"))
+        weight_input = "w"
+    else:
+        axis = weight_channel_axis(node, weight)
+        q, scale = quantize_weight(weight, axis, weight_qmax)
+        initializers += [numpy_helper.from_array(q, "w_q"), numpy_helper.from_array(scale, "w_scale"),
+                         numpy_helper.from_array(np.zeros_like(scale, np.int8), "w_zero")]
+        nodes.append(helper.make_node("DequantizeLinear", ["w_q", "w_scale", "w_zero"], ["w"], **({"axis": axis} if scale.size > 1 else {})))
+        weight_input = "w"
+    inputs = ["x_float", weight_input]
+    if bias is not None and node.op_type != "MatMul":
+        if precision == "fp32" or bias.ndim != 1:
+            initializers.append(numpy_helper.from_array(bias, "b"))
+        else:
+            q_bias, bias_scale = quantize_bias(bias, np.float32(1.0), scale)
+            initializers += [numpy_helper.from_array(q_bias, "b_q"), numpy_helper.from_array(bias_scale, "b_scale"),
+                             numpy_helper.from_array(np.zeros_like(bias_scale, np.int32), "b_zero")]
+            nodes.append(helper.make_node("DequantizeLinear", ["b_q", "b_scale", "b_zero"], ["b"], axis=0))
+        inputs.append("b")
+    attributes = [ir.serde.serialize_attribute(a) for a in node.attributes.values()]
+    op = helper.make_node(node.op_type, inputs, ["y_float"])
+    op.attribute.extend(attributes)
+    nodes += [op, helper.make_node("QuantizeLinear", ["y_float", "one", "mid"], ["y"])]
+    graph = helper.make_graph(nodes, f"{node.op_type}_{precision}", [helper.make_tensor_value_info("x", TensorProto.UINT8, shape)],
+                              [helper.make_tensor_value_info("y", TensorProto.UINT8, None)], initializers)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def _input_shapes(model: onnx.ModelProto, nodes: list[ir.Node], feeds: dict[str, np.ndarray], threads: int) -> dict[str, tuple[int, ...]]:
+    names = list({n.inputs[0].name: None for n in nodes if n.inputs[0].name not in feeds})
+    shapes = {name: feeds[name].shape for name in {n.inputs[0].name for n in nodes} & set(feeds)}
+    if names:
+        shapes.update({name: value.shape for name, value in zip(names, run_with_outputs(model, names, feeds, threads))})
+    return shapes
+
+
+def _signature(node: ir.Node, shape: tuple[int, ...]) -> tuple:
+    attributes = tuple(sorted((name, str(a.value)) for name, a in node.attributes.items()))
+    bias = len(node.inputs) > 2 and node.inputs[2] is not None
+    return node.op_type, shape, node.inputs[1].const_value.shape.dims, bias, attributes
