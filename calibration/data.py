@@ -33,7 +33,7 @@ class ImagePreprocess:
     scale: float = 1 / 255
     mean: tuple = (0.0, 0.0, 0.0)
     std: tuple = (1.0, 1.0, 1.0)
-    layout: str = "NHWC"
+    layout: str | None = None  # NHWC | NCHW; None: the model input's channel axis (the one of size 1 or 3)
     color: str = "RGB"
 
     @classmethod
@@ -44,7 +44,7 @@ class ImagePreprocess:
             scale=recipe.get("scale", 1 / 255),
             mean=tuple(recipe.get("mean", (0.0, 0.0, 0.0))),
             std=tuple(recipe.get("std", (1.0, 1.0, 1.0))),
-            layout=recipe.get("layout", "NHWC"),
+            layout=recipe.get("layout"),
             color=recipe.get("color", "RGB"),
         )
 
@@ -208,7 +208,7 @@ def _image_dir(path: Path, inputs: list[InputSpec], prep: ImagePreprocess) -> Ca
     files = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
     if len(spec.shape) != 4:
         raise QuantizeError(path, f"images need a 4-D model input; '{spec.name}' has shape {spec.shape}")
-    channel_axis = 1 if prep.layout == "NCHW" else 3
+    channel_axis = 1 if (prep.layout or _layout_of(path, spec)) == "NCHW" else 3
     spatial = [d for i, d in enumerate(spec.shape[1:], 1) if i != channel_axis]
     size = prep.size or (tuple(spatial) if None not in spatial else None)
     if size is None:
@@ -220,6 +220,16 @@ def _image_dir(path: Path, inputs: list[InputSpec], prep: ImagePreprocess) -> Ca
         return {spec.name: batch.transpose(0, 3, 1, 2) if channel_axis == 1 else batch}
 
     return CalibrationSource(path, inputs, len(files), read)
+
+
+def _layout_of(path: Path, spec: InputSpec) -> str:
+    """NCHW or NHWC, read from which axis of the model input holds 1 or 3 channels."""
+    channels_first, channels_last = (spec.shape[axis] in (1, 3) for axis in (1, 3))
+    if channels_first != channels_last:
+        return "NCHW" if channels_first else "NHWC"
+    if spec.shape[1] is None and spec.shape[3] is None:
+        return "NHWC"
+    raise QuantizeError(path, f"cannot tell the channel axis of model input '{spec.name}' {_shape_text(spec.shape)}; give --layout NCHW or NHWC")
 
 
 def _load_image(file: Path, size: tuple[int, int], channels: int, prep: ImagePreprocess) -> np.ndarray:

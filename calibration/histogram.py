@@ -4,11 +4,16 @@ It covers [-limit, limit] with `bins` equal bins. When a value falls outside, th
 doubles and adjacent bin pairs merge: the new bin edges are a subset of the old ones, so the
 counts stay exact (no re-binning by interpolation). Memory is `bins` int64 counters per tensor
 whatever the number of samples.
+
+Values beyond +-BEYOND_LIMIT, and non-finite ones, are counted apart in `beyond` instead of
+binned: an attention mask's `finfo(float32).min` would double the limit to infinity. No uint8
+scale can hold such a tensor; the pipeline keeps its readers and writers FP32.
 """
 
 import numpy as np
 
 DEFAULT_BINS = 8192
+BEYOND_LIMIT = 1e30
 
 
 class StreamingHistogram:
@@ -20,6 +25,7 @@ class StreamingHistogram:
         self.min = np.inf
         self.max = -np.inf
         self.zeros = 0  # exact zeros (ReLU outputs, padding): exact in uint8 at any scale
+        self.beyond = 0  # values not binned: non-finite or beyond +-BEYOND_LIMIT
 
     @property
     def bins(self) -> int:
@@ -35,6 +41,13 @@ class StreamingHistogram:
 
     def update(self, values: np.ndarray) -> None:
         flat = np.asarray(values, np.float32).ravel()
+        within = np.abs(flat) <= BEYOND_LIMIT  # False for NaN and inf too
+        if not within.all():
+            self.beyond += int(flat.size - np.count_nonzero(within))
+            finite = flat[np.isfinite(flat)]
+            if finite.size:
+                self.min, self.max = min(self.min, float(finite.min())), max(self.max, float(finite.max()))
+            flat = flat[within]
         if flat.size == 0:
             return
         lo, hi = float(flat.min()), float(flat.max())

@@ -30,7 +30,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--no-kernel-timing", action="store_true",
                    help="do not time INT8 against FP32 per Conv/GEMM on this CPU: every node the policy chose is INT8, and the "
                    "model does not depend on this machine's timings")
-    images = p.add_argument_group("image directory preprocessing (default: the model's stored recipe, else scale 1/255, RGB, NHWC)")
+    images = p.add_argument_group("image directory preprocessing (default: the model's stored recipe, else scale 1/255, RGB, the "
+                                   "layout whose channel axis has 1 or 3 entries)")
     images.add_argument("--image-size", type=int, nargs="+", metavar="N", help="resize to N x N, or H W")
     images.add_argument("--scale", type=float, help="multiply pixel values by this first (e.g. 0.00392)")
     images.add_argument("--mean", type=float, nargs=3, help="per-channel mean subtracted after scaling")
@@ -66,9 +67,7 @@ def main(argv=None) -> int:
 
 def run(args: argparse.Namespace) -> int:
     output = args.output or _default_output(args.model)
-    _check_output(args.model, output)
-    if args.report is not None:
-        _check_output(args.model, args.report)
+    _check_outputs(args, output)
     try:
         config = QuantConfig(method=args.method, percentile=args.percentile, calib_samples=args.calib_samples,
                              batch_size=args.batch_size, exclude=tuple(args.exclude), threads=args.threads, target=args.target,
@@ -118,9 +117,21 @@ def _default_output(model: Path) -> Path:
     return model.parent / f"{model.stem if model.is_file() else model.name}.int8.onnx"
 
 
-def _check_output(model: Path, output: Path) -> None:
-    if output.exists() and model.exists() and output.resolve() == model.resolve():
-        raise QuantizeError(output, "output path is the input model; the input is never overwritten")
+def _check_outputs(args: argparse.Namespace, output: Path) -> None:
+    """No output may overwrite an input or another output."""
+    calib = Path(args.calib if Path(args.calib).exists() or ":" not in args.calib else args.calib.rsplit(":", 1)[0])
+    inputs = {"the input model": args.model, "the calibration data": calib}
+    outputs = {"the INT8 model": output}
+    if args.report is not None:
+        outputs.update({"the report": args.report, "the report's JSON": args.report.with_suffix(".json")})
+    for what, path in outputs.items():
+        _check_output(path)
+        for other, taken in [*inputs.items(), *((o, p) for o, p in outputs.items() if o != what)]:
+            if path.resolve() == taken.resolve():
+                raise QuantizeError(path, f"{what} would be written over {other}; choose another path")
+
+
+def _check_output(output: Path) -> None:
     if not output.parent.is_dir():
         raise QuantizeError(output, f"output directory {output.parent} does not exist")
     if output.is_dir():
@@ -137,7 +148,7 @@ def _image_preprocess(args) -> ImagePreprocess | None:
     default = ImagePreprocess()
     return ImagePreprocess(size=size, scale=args.scale if args.scale is not None else default.scale,
                            mean=tuple(args.mean or default.mean), std=tuple(args.std or default.std),
-                           layout=args.layout or default.layout, color="BGR" if args.bgr else "RGB")
+                           layout=args.layout, color="BGR" if args.bgr else "RGB")
 
 
 class _progress:

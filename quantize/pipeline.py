@@ -14,6 +14,7 @@ import onnx
 import onnx_ir as ir
 
 from calibration import ImagePreprocess, InputSpec, collect_channel_absmax, collect_histograms, open_calibration
+from calibration.histogram import BEYOND_LIMIT
 from quantize import coverage, kernel_timing, passes
 from quantize.config import QuantConfig
 from quantize.errors import QuantizeError
@@ -26,7 +27,6 @@ from quantize.target import TARGET_KEY, host_target, resolve, weight_qmax
 from quantize.validate import layer_sqnr, output_sqnr
 
 __version__ = "0.1.0"
-MAX_ISLAND_ROUNDS = 4
 PREPROCESS_KEY = "quantize.preprocess"
 
 
@@ -45,7 +45,7 @@ class Calibration:
     original: onnx.ModelProto
     clean: onnx.ModelProto
     nodes: frozenset[str]
-    slower_in_int8: dict[str, str]  # chosen nodes kept FP32 because their INT8 kernel measured slower, with why
+    kept_fp32: dict[str, str]  # nodes the policy chose that measurements sent back to FP32, with why
     histograms: dict
     samples: int
     seconds: float
@@ -71,6 +71,7 @@ def quantize_(model_path, calib, config: QuantConfig = QuantConfig(), image_prep
               progress: Callable[[int, int], None] = lambda done, total: None) -> QuantizeResult:
     config = replace(config, target=resolve(config.target))
     original = load_model(model_path)
+    _check_float32(original, model_path)
     clean = ir.serde.serialize_model(passes.cleanup(ir.serde.deserialize_model(original)))
     inputs = input_specs(clean)
     source = open_calibration(calib, inputs, image_preprocess or _recipe_preprocess(original))
@@ -89,11 +90,15 @@ def quantize_(model_path, calib, config: QuantConfig = QuantConfig(), image_prep
         _check_cleanup(original, clean, held_out[0], model_path)
         graph = ir.serde.deserialize_model(clean)
         nodes = select_nodes(graph, config.exclude, config.activation_matmuls) - scaling_muls
-    slower = _slower_in_int8(clean, graph, nodes, held_out[0], config)
-    if slower:  # selected again, so that no data movement is left feeding them uint8
-        nodes = select_nodes(graph, (*config.exclude, *slower), config.activation_matmuls) - scaling_muls
+    kept_fp32 = _slower_in_int8(clean, graph, nodes, held_out[0], config)
+    if kept_fp32:  # selected again, so that no data movement is left feeding them uint8
+        nodes = select_nodes(graph, (*config.exclude, *kept_fp32), config.activation_matmuls) - scaling_muls
     histograms = collect_histograms(clean, observed_tensors(graph, nodes), source, n_cal, batch_size, config.threads, progress)
-    calibration = Calibration(original, clean, frozenset(nodes), slower, histograms, n_cal, time.perf_counter() - start)
+    beyond = _beyond_uint8(graph, nodes, histograms)
+    if beyond:
+        kept_fp32.update(beyond)
+        nodes = select_nodes(graph, (*config.exclude, *kept_fp32), config.activation_matmuls) - scaling_muls
+    calibration = Calibration(original, clean, frozenset(nodes), kept_fp32, histograms, n_cal, time.perf_counter() - start)
     sqnr_samples = f"{held_range[1] - held_range[0]} held-out samples" if held_range[0] >= n_cal else f"{held_range[1]} calibration samples (none left to hold out)"
     return _lower(calibration, config, held_out, sqnr_samples, {})
 
@@ -120,7 +125,7 @@ def _lower(calibration: Calibration, config: QuantConfig, held_out: list[dict], 
         model=int8,
         fp32_model=clean,
         config=config,
-        decisions=_decisions(graph, plan, {**calibration.slower_in_int8, **islands, **fallback}, config.exclude),
+        decisions=_decisions(graph, plan, {**calibration.kept_fp32, **islands, **fallback}, config.exclude),
         kernels=coverage.kernel_counts(executed),
         calibration_samples=calibration.samples,
         calibration_seconds=calibration.seconds,
@@ -136,16 +141,15 @@ def _lower_without_islands(clean: onnx.ModelProto, graph: ir.Model, nodes: set[s
     """Lower to Q/DQ, then drop every planned node ORT would still run in float, until none is
     left. Returns the INT8 model, its plan, ORT's executed graph, and the dropped nodes."""
     islands: dict[str, str] = {}
-    for _ in range(MAX_ISLAND_ROUNDS):
+    while True:  # ends: every round sends at least one planned node back to FP32
         plan = make_plan(graph, nodes, histograms, config)
         int8 = ir.serde.serialize_model(passes.lower_to_qdq(ir.serde.deserialize_model(clean), plan))
         executed = coverage.optimized_graph(int8)
         found = coverage.float_islands(executed, plan.nodes)
         if not found:
-            break
+            return int8, plan, executed, islands
         islands.update({name: "ORT ran it in float between Q/DQ (no fusion for this pattern), so it stays FP32" for name in found})
         nodes = nodes - found
-    return int8, plan, executed, islands
 
 
 def _slower_in_int8(clean: onnx.ModelProto, graph: ir.Model, nodes: set[str], feeds: dict, config: QuantConfig) -> dict[str, str]:
@@ -153,6 +157,19 @@ def _slower_in_int8(clean: onnx.ModelProto, graph: ir.Model, nodes: set[str], fe
     if not config.time_kernels or config.target != host_target():
         return {}
     return kernel_timing.slower_in_int8(clean, graph, nodes, feeds, weight_qmax(config.target), config.target, config.threads)
+
+
+def _beyond_uint8(graph: ir.Model, nodes: set[str], histograms: dict) -> dict[str, str]:
+    """Chosen nodes that read or write a tensor no uint8 scale can hold (an attention mask's
+    finfo.min, log(0)): they stay FP32."""
+    kept = {}
+    for node in graph.graph:
+        hist = next((histograms[v.name] for v in [*node.inputs, *node.outputs] if v is not None and v.name in histograms
+                     and histograms[v.name].beyond), None) if node.name in nodes else None
+        if hist is not None:
+            kept[node.name] = (f"a tensor it reads or writes holds values no uint8 scale can cover ({hist.beyond} non-finite or "
+                               f"beyond +-{BEYOND_LIMIT:g}; range {hist.min:.3g} to {hist.max:.3g}), e.g. an attention mask's finfo.min")
+    return kept
 
 
 def _smoothed(clean: onnx.ModelProto, graph: ir.Model, nodes: set[str], source, n_cal: int, batch_size: int,
@@ -229,6 +246,16 @@ def _check_cleanup(original: onnx.ModelProto, clean: onnx.ModelProto, batch: dic
             raise RuntimeError("internal error: FP32 clean-up changed the model's outputs; please report this model")
 
 
+def _check_float32(model: onnx.ModelProto, model_path) -> None:
+    """A half-precision model has no float32 weight to quantize: say so rather than return it unchanged."""
+    weights = {t.data_type for t in model.graph.initializer}
+    half = {onnx.TensorProto.FLOAT16: "float16", onnx.TensorProto.BFLOAT16: "bfloat16"}
+    kinds = " and ".join(name for dtype, name in half.items() if dtype in weights)
+    if kinds and onnx.TensorProto.FLOAT not in weights:
+        raise QuantizeError(model_path, f"the model computes in {kinds}: INT8 quantization starts from a float32 model; convert its "
+                                        f"{kinds} tensors to float32 first")
+
+
 def _check_refined_convs(graph: ir.Model, nodes: set[str], config: QuantConfig, model_path) -> None:
     """The Convs named by `wide_outputs` and `residual_inputs` must exist, and only FP32 ops may
     read their outputs (both add a second INT8 result to them in float)."""
@@ -276,7 +303,9 @@ def _decisions(graph: ir.Model, plan: QuantPlan, islands: dict[str, str], exclud
         elif node.op_type in RULES:
             out.append(NodeDecision(node.name, node.op_type, "fp32", "its weight is not a constant"))
         elif node.op_type in ABSORBABLE_ACTIVATIONS:
-            out.append(NodeDecision(node.name, node.op_type, "fp32", "the op before it is FP32 (a Relu runs in INT8 only as its clamp)"))
+            producer = node.inputs[0].producer()
+            before = "is an INT8 GEMM whose output stays float" if producer is not None and producer.name in plan.nodes else "is FP32"
+            out.append(NodeDecision(node.name, node.op_type, "fp32", f"the op before it {before} (a Relu runs in INT8 only as a uint8 clamp)"))
         elif node.outputs and is_float(node.outputs[0]):
             out.append(NodeDecision(node.name, node.op_type, "fp32", "no INT8 kernel in ONNX Runtime"))
     return out

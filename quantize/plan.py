@@ -10,7 +10,7 @@ import onnx_ir as ir
 
 from calibration import StreamingHistogram, choose_range
 from quantize.config import QuantConfig
-from quantize.policy import ABSORBABLE_ACTIVATIONS, RULES
+from quantize.policy import ABSORBABLE_ACTIVATIONS, FLOAT_OUTPUT_FUSIONS, RULES
 from quantize.target import weight_qmax
 
 
@@ -26,7 +26,7 @@ class QuantPlan:
 
 def make_plan(model: ir.Model, nodes: set[str], histograms: dict[str, StreamingHistogram], config: QuantConfig) -> QuantPlan:
     """The plan for `nodes` under `config` (whose target must be resolved, not "auto")."""
-    ranges = {name: choose_range(h, config.method, config.percentile) for name, h in histograms.items() if h.total}
+    ranges = {name: choose_range(h, config.method, config.percentile) for name, h in histograms.items() if h.total and not h.beyond}
     plan = QuantPlan(set(nodes), ranges, weight_qmax(config.target), wide=set(config.wide_outputs) & set(nodes),
                      residual=set(config.residual_inputs) & set(nodes))
     alias: dict[str, str] = {}
@@ -51,11 +51,15 @@ def make_plan(model: ir.Model, nodes: set[str], histograms: dict[str, StreamingH
 
 
 def _absorbable(node: ir.Node, nodes: set[str]) -> bool:
-    """A Relu after a quantized op, alone on that op's output: a zero point of 0 clamps it."""
+    """A Relu after a quantized op, alone on that op's output: a zero point of 0 clamps it, if
+    the output is quantized at all (a GEMM's output stays float when no INT8 op reads it)."""
     if node.op_type not in ABSORBABLE_ACTIVATIONS or node.outputs[0].is_graph_output():
         return False
     source = node.inputs[0]
     producer = source.producer()
     if producer is None or producer.name not in nodes or RULES[producer.op_type].same_range:
         return False  # a data-movement op shares its input's range, which need not start at 0
+    if producer.op_type in FLOAT_OUTPUT_FUSIONS and not any(
+            user.name in nodes and index in RULES[user.op_type].activations for user, index in node.outputs[0].uses()):
+        return False
     return len(source.uses()) == 1 and not source.is_graph_output()

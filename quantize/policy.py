@@ -47,6 +47,10 @@ RULES: dict[str, OpRule] = {
 # Ops whose float output, if it feeds only a quantized op's range, the uint8 clamp reproduces.
 ABSORBABLE_ACTIVATIONS = {"Relu"}
 
+# ORT fuses these with a float output (QGemm, MatMulIntegerToFloat): when no quantized op reads
+# their output (a graph output, an FP32 op next), it stays float, with no requantization.
+FLOAT_OUTPUT_FUSIONS = {"Gemm", "MatMul"}
+
 
 def is_float(value: ir.Value | None) -> bool:
     return value is not None and value.dtype == ir.DataType.FLOAT

@@ -84,14 +84,17 @@ def _bad(tmp_path, conv_model, calib_npz):
         ([conv_model, "--calib", no_names, "-o", out], "names.npz: no array for model input(s) x; keys present: image"),
         ([conv_model, "--calib", tmp_path / "names.h5", "-o", out], "names.h5: no dataset 'x' for model input 'x'"),
         ([conv_model, "--calib", not_array, "-o", out], "text.npy: not a numpy array file"),
-        ([conv_model, "--calib", calib_npz, "-o", conv_model], "output path is the input model"),
+        ([conv_model, "--calib", calib_npz, "-o", conv_model], "net.onnx: the INT8 model would be written over the input model"),
+        ([conv_model, "--calib", calib_npz, "-o", calib_npz], "calib.npz: the INT8 model would be written over the calibration data"),
+        ([conv_model, "--calib", calib_npz, "-o", tmp_path / "r.json", "--report", tmp_path / "r.html"],
+         "r.json: the INT8 model would be written over the report's JSON"),
         ([conv_model, "--calib", calib_npz, "-o", tmp_path / "nowhere" / "o.onnx"], "does not exist"),
         ([conv_model, "--calib", tmp_path / "nothing.npz", "-o", out], "nothing.npz: calibration data not found"),
     ]
 
 
 def test_bad_input_gets_one_clear_line(tmp_path, conv_model, calib_npz):
-    model_digest = _digest(conv_model)
+    model_digest, calib_digest = _digest(conv_model), _digest(calib_npz)
     for args, expected in _bad(tmp_path, conv_model, calib_npz):
         run = quantize(*args)
         lines = run.stderr.strip().splitlines()
@@ -99,7 +102,7 @@ def test_bad_input_gets_one_clear_line(tmp_path, conv_model, calib_npz):
         assert len(lines) == 1 and "Traceback" not in run.stderr, run.stderr
         assert expected in lines[0], (expected, lines[0])
         assert not (tmp_path / "o.onnx").exists()
-    assert _digest(conv_model) == model_digest
+    assert _digest(conv_model) == model_digest and _digest(calib_npz) == calib_digest
 
 
 def test_image_directory_with_preprocessing_flags(conv_model, tmp_path):
@@ -117,6 +120,18 @@ def test_image_directory_with_preprocessing_flags(conv_model, tmp_path):
     model = onnx.load(str(tmp_path / "q.onnx"))
     scale = next(onnx.numpy_helper.to_array(t) for t in model.graph.initializer if t.name == "x_scale")
     assert scale == pytest.approx(4 / 255, rel=1e-4)  # (pixel/255 - 0.5) / 0.25 spans [-2, 2]
+
+
+def test_an_image_directory_for_a_channels_first_model_needs_no_layout_flag(conv_model, tmp_path):
+    from PIL import Image
+
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    for i in range(12):
+        Image.new("RGB", (16, 16), (i * 20, 255 - i * 20, 128)).save(folder / f"{i:02d}.png")
+    run = quantize(conv_model, "--calib", folder, "-o", tmp_path / "q.onnx", "--json", "--no-kernel-timing")
+    assert run.returncode == 0, run.stderr  # conv_model takes (N, 3, 16, 16): channels first
+    assert json.loads(run.stdout)["coverage"]["by_op_type"]["Conv"]["int8"] == 2
 
 
 def test_a_target_other_than_this_cpus_is_recorded_and_a_saturating_mismatch_warns_in_one_line(conv_model, calib_npz, tmp_path):

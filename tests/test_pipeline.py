@@ -179,3 +179,112 @@ def test_an_excluded_conv_between_int8_neighbours_really_runs_in_fp32(conv_model
     producer = {o: n for n in graph.node for o in n.output}
     conv2 = next(n for n in graph.node if n.op_type == "Conv")  # ORT names it after its output, in its NCHWc layout
     assert producer.get(conv2.input[1]) is None  # a float initializer, not a dequantized int8 one
+
+
+def masked_attention_net(width: int = 8) -> onnx.ModelProto:
+    """As torch.onnx.export writes a Hugging Face attention mask: scores + (1 - mask) * finfo.min."""
+    rng = np.random.default_rng(2)
+    nodes = [
+        helper.make_node("Sub", ["one", "mask"], ["inverted"], name="invert_mask"),
+        helper.make_node("Mul", ["inverted", "lowest"], ["mask_bias"], name="mask_bias"),
+        helper.make_node("Unsqueeze", ["mask_bias", "axis1"], ["mask_bias3"], name="unsqueeze_mask"),
+        helper.make_node("MatMul", ["x", "wq"], ["q"], name="query"),
+        helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 2, 1], name="x_t"),
+        helper.make_node("MatMul", ["q", "xt"], ["scores"], name="scores"),
+        helper.make_node("Add", ["scores", "mask_bias3"], ["masked"], name="apply_mask"),
+        helper.make_node("Softmax", ["masked"], ["p"], axis=-1, name="softmax"),
+        helper.make_node("MatMul", ["p", "x"], ["context"], name="context"),
+        helper.make_node("MatMul", ["context", "wo"], ["y"], name="out"),
+    ]
+    inits = [onnx.numpy_helper.from_array(a, n) for n, a in (
+        ("one", np.float32(1)), ("lowest", np.finfo(np.float32).min), ("axis1", np.array([1], np.int64)),
+        ("wq", rng.normal(0, 0.3, (width, width)).astype(np.float32)), ("wo", rng.normal(0, 0.3, (width, width)).astype(np.float32)))]
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6, width]), helper.make_tensor_value_info("mask", TensorProto.FLOAT, ["N", 6])]
+    model = helper.make_model(helper.make_graph(nodes, "masked", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 6, width])], inits),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_an_attention_mask_of_finfo_min_stays_fp32_and_the_rest_is_quantized(tmp_path):
+    onnx.save(masked_attention_net(), str(tmp_path / "masked.onnx"))
+    rng = np.random.default_rng(0)
+    mask = np.ones((80, 6), np.float32)
+    mask[40::2, 4:] = 0  # padding only after the first batches: the histogram must grow to cover finfo.min
+    np.savez(tmp_path / "c.npz", x=rng.normal(0, 1, (80, 6, 8)).astype(np.float32), mask=mask)
+    result = quantize_(tmp_path / "masked.onnx", tmp_path / "c.npz", QuantConfig(time_kernels=False))
+    decisions = {d.name: d for d in result.decisions}
+    for name in ("mask_bias", "apply_mask"):
+        assert decisions[name].precision == "fp32" and "no uint8 scale can cover" in decisions[name].reason, decisions[name]
+    assert decisions["query"].precision == decisions["out"].precision == "int8"
+    assert min(result.output_sqnr_db.values()) > 20
+
+
+def test_a_relu_after_a_gemm_with_a_float_output_is_kept(tmp_path):
+    """Gemm -> Relu -> Softmax: no INT8 op reads the Gemm, so ORT gives it a float output and
+    no uint8 clamp exists to replace the Relu."""
+    rng = np.random.default_rng(4)
+    nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["h"], name="fc"), helper.make_node("Relu", ["h"], ["r"], name="relu"),
+             helper.make_node("Softmax", ["r"], ["y"], axis=-1, name="softmax")]
+    inits = [onnx.numpy_helper.from_array(rng.normal(0, 0.5, (8, 8)).astype(np.float32), "w"),
+             onnx.numpy_helper.from_array(rng.normal(0, 0.5, 8).astype(np.float32), "b")]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])], inits)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "g.onnx"))
+    np.save(tmp_path / "x.npy", rng.normal(0, 1, (80, 8)).astype(np.float32))
+    result = quantize_(tmp_path / "g.onnx", tmp_path / "x.npy", QuantConfig(time_kernels=False))
+    decisions = {d.name: d for d in result.decisions}
+    assert decisions["fc"].precision == "int8" and "INT8 GEMM whose output stays float" in decisions["relu"].reason
+    assert "Relu" in {n.op_type for n in result.model.graph.node}
+    assert min(result.output_sqnr_db.values()) > 30
+
+
+def test_float_islands_are_dropped_for_as_many_rounds_as_it_takes(conv_model, calib_npz, monkeypatch):
+    """Each round ORT may reveal a new island; the model returned has none left."""
+    from quantize import pipeline
+
+    real, rounds = pipeline.coverage.float_islands, []
+    order = ["fc", "add1", "conv2", "pool1", "gap"]
+
+    def one_at_a_time(executed, planned):
+        rounds.append(1)
+        left = [name for name in order if name in planned]
+        return {left[0]} if left else real(executed, planned)
+
+    monkeypatch.setattr(pipeline.coverage, "float_islands", one_at_a_time)
+    result = quantize_(conv_model, calib_npz, QuantConfig(calib_samples=100, time_kernels=False))
+    precision = {d.name: d.precision for d in result.decisions}
+    assert [precision[name] for name in order] == ["fp32"] * len(order) and len(rounds) == len(order) + 1
+
+
+def test_a_bias_too_large_for_int32_widens_the_weight_scale_instead_of_clipping(tmp_path):
+    """A weak input (range 1e-6) under a bias of 1000: at s_in * s_w the bias needs ~1e14 levels;
+    the output must still be the bias, not the int32 limit's 0.01."""
+    rng = np.random.default_rng(5)
+    conv = helper.make_node("Conv", ["x", "w", "b"], ["y"], name="conv")
+    graph = helper.make_graph([conv], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 4, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2, 2, 2])],
+                              [onnx.numpy_helper.from_array(rng.normal(0, 0.1, (2, 3, 3, 3)).astype(np.float32), "w"),
+                               onnx.numpy_helper.from_array(np.array([1000.0, -500.0], np.float32), "b")])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "g.onnx"))
+    np.save(tmp_path / "x.npy", rng.uniform(0, 1e-6, (40, 3, 4, 4)).astype(np.float32))
+    result = quantize_(tmp_path / "g.onnx", tmp_path / "x.npy", QuantConfig(time_kernels=False))
+    assert result.kernels["int8"] == {"QLinearConv": 1}
+    assert min(result.output_sqnr_db.values()) > 40
+
+
+def test_a_float16_model_is_a_clear_error_not_a_silent_copy(tmp_path, calib_npz):
+    model = conv_net(channels=8)
+    for tensor in model.graph.initializer:
+        if tensor.data_type == TensorProto.FLOAT:
+            tensor.CopyFrom(onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(tensor).astype(np.float16), tensor.name))
+    for value in [*model.graph.input, *model.graph.output]:
+        value.type.tensor_type.elem_type = TensorProto.FLOAT16
+    onnx.save(model, str(tmp_path / "half.onnx"))
+    np.savez(tmp_path / "c.npz", x=images(40).astype(np.float16))
+    with pytest.raises(QuantizeError, match="half.onnx: the model computes in float16: INT8 quantization starts from a float32 model"):
+        quantize_(tmp_path / "half.onnx", tmp_path / "c.npz", QuantConfig(time_kernels=False))

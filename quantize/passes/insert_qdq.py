@@ -10,12 +10,9 @@ import onnx_ir as ir
 
 from quantize.passes.rewrite import add_initializer
 from quantize.plan import QuantPlan
-from quantize.policy import RULES, is_float
-from quantize.qparams import activation_qparams, quantize_bias, quantize_constant, quantize_weight
+from quantize.policy import FLOAT_OUTPUT_FUSIONS, RULES, is_float
+from quantize.qparams import activation_qparams, bias_weight_scale_floor, quantize_bias, quantize_constant, quantize_weight
 
-# ORT fuses these with a float output (QGemm, MatMulIntegerToFloat): when no quantized op reads
-# their output (a graph output, an FP32 op next), it stays float, with no requantization.
-FLOAT_OUTPUT_FUSIONS = {"Gemm", "MatMul"}
 # ORT's WeightBiasQuantization rounds the float weight of these ops to per-tensor full-range int8
 # when their input comes from a DequantizeLinear with one scale: an FP32 node of this kind reads a
 # DequantizeLinear of its own whose scale is repeated per channel (the same values, no match).
@@ -63,7 +60,7 @@ class InsertQDQPass(ir.passes.InPlacePass):
             if value is None:
                 continue
             if index == rule.weight and value.const_value is not None and is_float(value):
-                node.replace_input_with(index, self._weight(graph, node, value))
+                node.replace_input_with(index, self._weight(graph, node, value, source))
             elif index == rule.bias and value.const_value is not None:
                 bias = self._bias(graph, node, value, source)
                 if bias is not None:
@@ -132,12 +129,22 @@ class InsertQDQPass(ir.passes.InPlacePass):
         self._dequantized[value.name] = dq.outputs[0]
         return dq.outputs[0]
 
-    def _weight(self, graph: ir.Graph, node: ir.Node, value: ir.Value) -> ir.Value:
+    def _weight(self, graph: ir.Graph, node: ir.Node, value: ir.Value, source: ir.Value) -> ir.Value:
         weight = value.const_value.numpy()
         axis = weight_channel_axis(node, weight)
-        q, scale = quantize_weight(weight, axis, self.plan.weight_qmax)
+        q, scale = quantize_weight(weight, axis, self.plan.weight_qmax, self._bias_floor(node, weight, axis, source))
         self._weight_scales[node.name] = scale
         return self._dequantize_constant(graph, f"{node.name}_weight", q, scale, np.zeros_like(scale, np.int8), axis, value)
+
+    def _bias_floor(self, node: ir.Node, weight: np.ndarray, axis: int | None, source: ir.Value) -> np.ndarray | float:
+        """A weight scale small enough to overflow the int32 bias widens instead (a weak input
+        under a large bias: the bias dominates the output anyway)."""
+        index = RULES[node.op_type].bias
+        if index is None or len(node.inputs) <= index or node.inputs[index] is None or node.inputs[index].const_value is None \
+                or source is None or source.name not in self.plan.ranges:
+            return 0.0
+        floor = bias_weight_scale_floor(node.inputs[index].const_value.numpy(), activation_qparams(*self.plan.ranges[source.name])[0])
+        return floor if axis is not None and floor.shape == (weight.shape[axis],) else float(floor.max(initial=0.0))
 
     def _bias(self, graph: ir.Graph, node: ir.Node, value: ir.Value, source: ir.Value) -> ir.Value | None:
         bias = value.const_value.numpy()
