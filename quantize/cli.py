@@ -8,7 +8,8 @@ from pathlib import Path
 
 from calibration import METHODS, ImagePreprocess
 from quantize.modelio import save_model
-from quantize.config import QuantConfig
+from quantize.config import PRESETS, QuantConfig, preset_for
+from quantize.frontend import load_model
 from quantize.errors import QuantizeError
 from quantize.target import TARGETS, host_target
 
@@ -18,6 +19,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("model", type=Path, help=".onnx file, TensorFlow SavedModel directory, or Keras .keras/.h5 file")
     p.add_argument("--calib", required=True, help=".npy, .npz (keys = input names), .h5 (datasets = input names, or FILE.h5:DATASET), or a directory of images")
     p.add_argument("-o", "--output", type=Path, help="INT8 ONNX model to write (default: MODEL.int8.onnx beside MODEL)")
+    p.add_argument("--preset", choices=["auto", *PRESETS], default="auto",
+                   help="recipe: cnn (every op ORT runs in INT8), transformer (weight GEMMs in INT8, softmax, LayerNorm, residual "
+                   "Adds in FP32, SmoothQuant); auto picks transformer for graphs with attention, LayerNorm or embeddings (default)")
     p.add_argument("--method", choices=sorted(METHODS), default=QuantConfig.method, help="activation range calibration (default: %(default)s)")
     p.add_argument("--percentile", type=float, default=QuantConfig.percentile, help="for --method percentile (default: %(default)s)")
     p.add_argument("--calib-samples", type=int, default=QuantConfig.calib_samples, help="calibration samples at most (default: %(default)s)")
@@ -69,9 +73,11 @@ def run(args: argparse.Namespace) -> int:
     output = args.output or _default_output(args.model)
     _check_outputs(args, output)
     try:
-        config = QuantConfig(method=args.method, percentile=args.percentile, calib_samples=args.calib_samples,
-                             batch_size=args.batch_size, exclude=tuple(args.exclude), threads=args.threads, target=args.target,
-                             time_kernels=not args.no_kernel_timing)
+        preset = preset_for(load_model(args.model)) if args.preset == "auto" else args.preset
+        base = PRESETS[preset]()
+        config = PRESETS[preset](method=args.method, percentile=args.percentile, calib_samples=args.calib_samples,
+                                 batch_size=args.batch_size, exclude=(*base.exclude, *args.exclude), threads=args.threads,
+                                 target=args.target, time_kernels=not args.no_kernel_timing)
         evaluator = None
         if args.max_drop is not None and not args.evaluate:
             raise ValueError("--max-drop needs --evaluate: the metric whose drop it bounds")
@@ -91,10 +97,12 @@ def run(args: argparse.Namespace) -> int:
         result = _within_drop(result, evaluator, args.max_drop)
     save_model(result.model, output)
     summary = report.summarize(result)
-    summary["output"] = str(output)
+    summary["output"], summary["preset"] = str(output), preset
     if args.report is not None:
         summary = report.evaluate(summary, result, evaluator)
         report.write(summary, args.report)
+    if summary["fidelity"]["verdict"] == "low":
+        print(f"quantize: warning: low fidelity: {summary['fidelity']['advice']}", file=sys.stderr)
     if args.json:
         print(json.dumps(summary, indent=2, default=float))
     else:
@@ -183,6 +191,7 @@ def _print_summary(s: dict, report_path: Path | None) -> None:
     facts = Table(show_header=False, title="Summary")
     size = s["size_bytes"]
     facts.add_row("output", s["output"])
+    facts.add_row("preset", s["preset"])
     facts.add_row("size", f"{size['fp32'] / 1e6:.2f} MB -> {size['int8'] / 1e6:.2f} MB")
     recipe = s["recipe"]
     facts.add_row("target", f"{recipe['target']} (this CPU: {host_target()})")

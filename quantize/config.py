@@ -2,6 +2,8 @@
 
 from dataclasses import asdict, dataclass
 
+import onnx
+
 from calibration import METHODS
 from quantize.policy import TRANSFORMER_FP32_OPS
 from quantize.target import TARGETS
@@ -45,3 +47,18 @@ class QuantConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+PRESETS = {"cnn": QuantConfig, "transformer": QuantConfig.transformer}
+
+
+def preset_for(model: onnx.ModelProto) -> str:
+    """The preset a graph calls for: `transformer` where it has attention (Softmax next to
+    MatMuls), a LayerNorm (fused or as ReduceMean ... Sqrt) or an embedding table; else `cnn`."""
+    ops = {n.op_type for n in model.graph.node}
+    float_tables = {t.name for t in model.graph.initializer if t.data_type == onnx.TensorProto.FLOAT and len(t.dims) == 2}
+    embedding = any(n.op_type == "Gather" and n.input[0] in float_tables for n in model.graph.node)
+    layer_norm = "LayerNormalization" in ops or {"ReduceMean", "Sqrt"} <= ops
+    attention = {"Softmax", "MatMul"} <= ops
+    return "transformer" if embedding or layer_norm or attention else "cnn"
+

@@ -16,6 +16,9 @@ from quantize.atomic import write_text
 from quantize.pipeline import QuantizeResult
 from quantize.target import host_isa, host_target
 
+OUTPUT_FLOOR_DB = 20.0  # below it, or any layer below LAYER_FLOOR_DB, the summary says fidelity is low
+LAYER_FLOOR_DB = 0.0  # noise above signal
+
 
 def summarize(result: QuantizeResult) -> dict:
     by_type: dict[str, dict[str, int]] = defaultdict(lambda: {"int8": 0, "fp32": 0})
@@ -31,10 +34,25 @@ def summarize(result: QuantizeResult) -> dict:
             "ort_kernels": result.kernels,
         },
         "kernel_timing": _kernel_timing(result.config),
+        "fidelity": fidelity(result.output_sqnr_db, result.layer_sqnr_db),
         "output_sqnr_db": result.output_sqnr_db,
         "sqnr_samples": result.sqnr_samples,
         "layer_sqnr_db": result.layer_sqnr_db,
     }
+
+
+def fidelity(output_sqnr_db: dict[str, float], layer_sqnr_db: dict[str, float]) -> dict:
+    """"ok", or "low" with the worst layers and what to try: low fidelity is never silent."""
+    worst_output = min(output_sqnr_db.values(), default=float("inf"))
+    worst_layers = dict(sorted(layer_sqnr_db.items(), key=lambda kv: kv[1])[:3])
+    low = worst_output < OUTPUT_FLOOR_DB or any(db < LAYER_FLOOR_DB for db in worst_layers.values())
+    verdict = {"verdict": "low" if low else "ok", "output_sqnr_db_min": worst_output, "worst_layers_db": worst_layers}
+    if low:
+        verdict["advice"] = (f"output SQNR {worst_output:.1f} dB (floor {OUTPUT_FLOOR_DB} dB), worst layers "
+                             + ", ".join(f"{name} {db:.1f} dB" for name, db in worst_layers.items())
+                             + ": keep the ops around them FP32 (--exclude NAME), bound a task metric's drop (--max-drop with --evaluate), "
+                             "or try another --method")
+    return verdict
 
 
 def _kernel_timing(config) -> str:
@@ -98,6 +116,7 @@ body{{font-family:system-ui,sans-serif;margin:2em;max-width:70em}} table{{border
 td,th{{border:1px solid #ccc;padding:.25em .6em;text-align:left}} .bar{{background:#4a7;height:.8em}}
 </style></head><body>
 <h1>INT8 validation report</h1>
+<p style="font-size:120%"><b>Verdict: {"fidelity is LOW" if r["fidelity"]["verdict"] == "low" else "fidelity ok"}</b>{": " + e(r["fidelity"]["advice"]) if "advice" in r["fidelity"] else f" (output SQNR at least {r['fidelity']['output_sqnr_db_min']:.1f} dB, floor {OUTPUT_FLOOR_DB:g} dB)"}.</p>
 <p>Recipe: <code>{e(json.dumps(r['recipe']))}</code><br>Calibration: {r['calibration']['samples']} samples in {r['calibration']['seconds']} s.
 {f"<br>CPU: {e(isa.get('cpu', ''))}; INT8 path: {e(isa.get('int8_gemm_path', ''))}; ONNX Runtime {e(isa.get('onnxruntime', ''))}" if isa else ""}</p>
 <h2>FP32 vs INT8</h2><table><tr><th></th><th>FP32</th><th>INT8</th><th></th></tr>{''.join(rows)}</table>

@@ -31,6 +31,7 @@ def test_success_writes_the_model_and_a_json_summary(conv_model, calib_npz, tmp_
     summary = json.loads(run.stdout)
     assert summary["coverage"]["by_op_type"]["Conv"] == {"int8": 2, "fp32": 0}
     assert summary["kernel_timing"].startswith("off") and summary["recipe"]["target"] == host_target()
+    assert summary["fidelity"]["verdict"] == "ok" and "low fidelity" not in run.stderr
     assert summary["size_bytes"]["int8"] < summary["size_bytes"]["fp32"]
     assert summary["calibration"]["samples"] == 100
     model = onnx.load(str(out))
@@ -147,3 +148,43 @@ def test_a_target_other_than_this_cpus_is_recorded_and_a_saturating_mismatch_war
         assert warnings and all(line.startswith("quantize: warning: this model was quantized for vnni") for line in warnings)
     else:
         assert warnings == []
+
+
+def test_auto_preset_picks_the_transformer_recipe_for_attention_and_cnn_otherwise(conv_model, calib_npz, tmp_path):
+    from test_pipeline import attention_net
+
+    onnx.save(attention_net(), str(tmp_path / "attention.onnx"))
+    np.save(tmp_path / "x.npy", np.random.default_rng(0).normal(0, 1, (40, 5, 16)).astype(np.float32))
+    runs = {"attention": quantize(tmp_path / "attention.onnx", "--calib", tmp_path / "x.npy", "-o", tmp_path / "a.onnx", "--json",
+                                  "--exclude", "query", "--no-kernel-timing"),
+            "cnn": quantize(conv_model, "--calib", calib_npz, "-o", tmp_path / "c.onnx", "--json", "--no-kernel-timing")}
+    summaries = {name: json.loads(run.stdout) for name, run in runs.items() if run.returncode == 0}
+    assert set(summaries) == set(runs), [run.stderr for run in runs.values()]
+    assert summaries["attention"]["preset"] == "transformer" and summaries["cnn"]["preset"] == "cnn"
+    assert {"Add", "Mul", "query"} <= set(summaries["attention"]["recipe"]["exclude"])  # the preset's and the user's
+    assert summaries["attention"]["recipe"]["smooth_alpha"] == 0.8 and summaries["cnn"]["recipe"]["exclude"] == []
+
+
+def test_low_fidelity_is_said_plainly_with_the_worst_layers_and_what_to_try(tmp_path):
+    """One input channel 1e4 times the rest, which the output depends on as much: per-tensor
+    uint8 rounds the small ones away."""
+    rng = np.random.default_rng(0)
+    w = rng.normal(0, 1, (16, 4)).astype(np.float32)
+    w[0] *= 1e-4
+    graph = onnx.helper.make_graph([onnx.helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g",
+                                   [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N", 16])],
+                                   [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["N", 4])], [onnx.numpy_helper.from_array(w, "w")])
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "m.onnx"))
+    x = rng.normal(0, 1, (80, 16)).astype(np.float32)
+    x[:, 0] *= 1e4
+    np.save(tmp_path / "x.npy", x)
+    run = quantize(tmp_path / "m.onnx", "--calib", tmp_path / "x.npy", "-o", tmp_path / "q.onnx", "--json", "--method", "minmax",
+                   "--report", tmp_path / "r.html")
+    assert run.returncode == 0, run.stderr
+    fidelity = json.loads(run.stdout)["fidelity"]
+    assert fidelity["verdict"] == "low" and fidelity["output_sqnr_db_min"] < 20
+    warning = [line for line in run.stderr.splitlines() if "low fidelity" in line]
+    assert len(warning) == 1 and f"output SQNR {fidelity['output_sqnr_db_min']:.1f} dB" in warning[0] and "--exclude" in warning[0]
+    assert "Verdict: fidelity is LOW" in (tmp_path / "r.html").read_text()
