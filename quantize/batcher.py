@@ -30,6 +30,12 @@ class BatcherConfig:
     streams: int = 1
     cores_per_stream: int | None = None  # default: the available cores split evenly
 
+    def __post_init__(self):
+        if min(self.token_budget, self.max_batch, self.streams, self.cores_per_stream or 1) < 1:
+            raise ValueError("token_budget, max_batch, streams and cores_per_stream must be at least 1")
+        if not 0 <= self.max_padding < 1:
+            raise ValueError("max_padding must be in [0, 1)")
+
 
 def pack(lengths: Sequence[int], token_budget: int, max_batch: int, max_padding: float = 0.1) -> list[list[int]]:
     """Indices grouped into batches of similar length, longest batches first: a batch closes
@@ -56,6 +62,8 @@ def padding_fraction(lengths: Sequence[int], batches: list[list[int]]) -> float:
 
 
 def core_groups(streams: int, cores_per_stream: int | None = None) -> list[tuple[int, ...]]:
+    if streams < 1 or (cores_per_stream is not None and cores_per_stream < 1):
+        raise ValueError(f"{streams} streams x {cores_per_stream} cores: both must be at least 1")
     cores = sorted(os.sched_getaffinity(0))
     per = cores_per_stream or max(1, len(cores) // streams)
     if streams * per > len(cores):
@@ -88,7 +96,10 @@ class StreamPool:
 
     def run(self, requests: Sequence[Any], batches: list[list[int]],
             progress: Callable[[int, int], None] = lambda done, total: None) -> list:
-        """Results of `batches` of `requests`, in input order; a failing batch raises here."""
+        """Results of `batches` of `requests`, in input order; a failing batch raises here and
+        closes the pool (its streams may still hold queued batches of this run)."""
+        if not self._workers:
+            raise RuntimeError("this StreamPool is closed (by close() or a failed run): make a new one")
         for number, batch in enumerate(batches):
             self._tasks.put((number, [requests[i] for i in batch]))
         results: list = [None] * len(requests)
@@ -107,7 +118,7 @@ class StreamPool:
                 done += len(batch)
                 progress(done, len(requests))
         except BaseException:
-            self._terminate()  # the streams may still hold queued batches of this run
+            self._terminate()
             raise
         return results
 

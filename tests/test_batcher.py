@@ -105,3 +105,36 @@ def test_results_that_cannot_be_pickled_fail_their_batch_instead_of_hanging():
 def test_too_many_streams_for_the_cores_is_refused():
     with pytest.raises(ValueError, match="cores"):
         core_groups(len(os.sched_getaffinity(0)) + 1, 1)
+
+
+def test_a_pool_after_a_failed_run_or_close_refuses_at_once_instead_of_waiting():
+    def failing(batch):
+        raise ValueError("bad batch")
+
+    pool = StreamPool(lambda threads: failing)
+    with pytest.raises(ValueError, match="bad batch"):
+        pool.run([1, 2], [[0, 1]])
+    with pytest.raises(RuntimeError, match="closed"):
+        pool.run([1, 2], [[0, 1]])
+    with StreamPool(lambda threads: (lambda batch: batch)) as pool:
+        assert pool.run([1, 2], [[0], [1]]) == [1, 2]
+    with pytest.raises(RuntimeError, match="closed"):
+        pool.run([1, 2], [[0, 1]])
+
+
+@pytest.mark.parametrize("streams", [0, -1])
+def test_no_stream_at_all_is_refused(streams):
+    with pytest.raises(ValueError, match="at least 1"):
+        core_groups(streams)
+    with pytest.raises(ValueError, match="at least 1"):
+        BatcherConfig(streams=streams)
+
+
+@pytest.mark.parametrize("option, value, expected", [("--streams", "0", "must be at least 1"), ("--streams", "-1", "must be at least 1"),
+                                                     ("--streams", "99", "cores, one stream needs one"), ("--beam", "0", "must be at least 1")])
+def test_translate_options_out_of_range_get_one_line_and_exit_2(option, value, expected):
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-m", "models.translator", "translate", option, value], input="", capture_output=True, text=True)
+    assert run.returncode == 2 and expected in run.stderr.strip().splitlines()[-1] and "Traceback" not in run.stderr

@@ -8,6 +8,7 @@ an error naming the file and line.
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -28,10 +29,12 @@ def main() -> int:
     t = sub.add_parser("translate", help="translate lines of English")
     t.add_argument("input", nargs="?", default="-", help="a UTF-8 text file, one sentence per line (default stdin)")
     t.add_argument("--int8", action="store_true", help="use the INT8 graphs")
-    t.add_argument("--beam", type=int, default=1)
-    t.add_argument("--streams", type=int, default=1, help="parallel inference instances, each pinned to its own cores")
-    t.add_argument("--token-budget", type=int, default=BatcherConfig.token_budget)
+    t.add_argument("--beam", type=_at_least_one, default=1)
+    t.add_argument("--streams", type=_at_least_one, default=1, help="parallel inference instances, each pinned to its own cores")
+    t.add_argument("--token-budget", type=_at_least_one, default=BatcherConfig.token_budget)
     args = parser.parse_args()
+    if args.command == "translate" and args.streams > len(os.sched_getaffinity(0)):
+        parser.error(f"--streams {args.streams}: this machine gives the process {len(os.sched_getaffinity(0))} cores, one stream needs one")
     try:
         if args.command == "build":
             from models.translator.build import build  # TensorFlow, only where it is needed
@@ -51,6 +54,16 @@ def main() -> int:
         print(f"python -m models.translator: error: {exc}", file=sys.stderr)
         return 2
     return 0
+
+
+def _at_least_one(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value}: must be at least 1")
+    return value
 
 
 def _translate(args) -> int:
