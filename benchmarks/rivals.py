@@ -7,11 +7,14 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from quantize.target import host_target, saturates
+
 
 def ort_quantize_static(fp32: onnx.ModelProto, calib: dict[str, np.ndarray] | list[dict], batch: int = 32, activations: str = "uint8") -> onnx.ModelProto:
     """ONNX Runtime's quantize_static: QDQ, uint8 activations, per-channel int8 weights, MinMax
-    calibration, after its own quant_pre_process (the settings its docstring gives for VNNI CPUs).
-    `calib` is arrays cut into `batch`-sized feeds, or a list of ready feeds."""
+    calibration, after its own quant_pre_process (the settings its docstring gives for VNNI CPUs),
+    with `reduce_range` (7-bit weights) where this CPU's kernels saturate, as its docs advise for
+    non-VNNI machines. `calib` is arrays cut into `batch`-sized feeds, or a list of ready feeds."""
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
     class Reader(CalibrationDataReader):
@@ -27,15 +30,17 @@ def ort_quantize_static(fp32: onnx.ModelProto, calib: dict[str, np.ndarray] | li
 
     return _run_ort_quantizer(fp32, lambda prepared, output: quantize_static(
         prepared, output, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-        activation_type=QuantType.QUInt8 if activations == "uint8" else QuantType.QInt8, weight_type=QuantType.QInt8, reduce_range=False))
+        activation_type=QuantType.QUInt8 if activations == "uint8" else QuantType.QInt8, weight_type=QuantType.QInt8, reduce_range=saturates(host_target())))
 
 
 def ort_quantize_dynamic(fp32: onnx.ModelProto) -> onnx.ModelProto:
-    """ONNX Runtime's quantize_dynamic: int8 weights, activations quantized at run time
-    (MatMulInteger / DynamicQuantizeMatMul), after its own quant_pre_process."""
+    """ONNX Runtime's quantize_dynamic: per-channel int8 weights (7-bit where this CPU's kernels
+    saturate), activations quantized at run time (MatMulInteger / DynamicQuantizeMatMul), after
+    its own quant_pre_process."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    return _run_ort_quantizer(fp32, lambda prepared, output: quantize_dynamic(prepared, output, weight_type=QuantType.QInt8, per_channel=False))
+    return _run_ort_quantizer(fp32, lambda prepared, output: quantize_dynamic(prepared, output, weight_type=QuantType.QInt8, per_channel=True,
+                                                                                   reduce_range=saturates(host_target())))
 
 
 def _run_ort_quantizer(fp32: onnx.ModelProto, quantize) -> onnx.ModelProto:

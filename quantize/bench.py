@@ -14,11 +14,12 @@ import numpy as np
 from quantize.runtime import session
 
 
-def compare_sessions(models: dict[str, object], feeds: dict[str, np.ndarray], threads: int = 0, min_seconds: float = 3.0) -> dict[str, dict]:
+def compare_sessions(models: dict[str, object], feeds: dict[str, np.ndarray], threads: int = 0, min_seconds: float = 3.0,
+                     rounds: int = 4, min_block: int = 3) -> dict[str, dict]:
     """ONNX Runtime sessions of each model (in memory or a path) over the same `feeds`."""
     sessions = {name: session(model, threads) for name, model in models.items()}
     calls = {name: (lambda s=s: s.run(None, feeds)) for name, s in sessions.items()}
-    return compare(calls, len(next(iter(feeds.values()))), min_seconds)
+    return compare(calls, len(next(iter(feeds.values()))), min_seconds, rounds, min_block)
 
 
 def compare(calls: dict[str, Callable[[], object]], batch: int, min_seconds: float = 3.0, rounds: int = 4, min_block: int = 3) -> dict[str, dict]:

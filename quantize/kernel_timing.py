@@ -30,7 +30,8 @@ from quantize.validate import run_with_outputs
 TIMED_OPS = {"Conv", "Gemm", "MatMul"}
 MARGIN = 0.10  # FP32 must be this much faster (relative) to win ...
 MIN_GAIN_MS = 0.05  # ... and by at least this much per batch
-SECONDS_PER_SHAPE = (0.3, 1.0)  # the first measurement, and the one that confirms it
+# (seconds, rounds, calls per block at least): a quick screen, and the measurement that confirms it
+MEASUREMENTS = ((0.2, 2, 2), (1.0, 4, 3))
 
 
 def slower_in_int8(model: onnx.ModelProto, graph: ir.Model, nodes: set[str], feeds: dict[str, np.ndarray], weight_qmax: int,
@@ -54,8 +55,8 @@ def slower_in_int8(model: onnx.ModelProto, graph: ir.Model, nodes: set[str], fee
 def _verdict(node: ir.Node, shape: tuple[int, ...], weight_qmax: int, target: str, threads: int) -> str | None:
     x = np.random.default_rng(0).integers(0, 256, shape, dtype=np.uint8)
     models = {precision: _one_node_model(node, shape, precision, weight_qmax) for precision in ("int8", "fp32")}
-    for seconds in SECONDS_PER_SHAPE:
-        timed = bench.compare_sessions(models, {"x": x}, threads, seconds)
+    for seconds, rounds, min_block in MEASUREMENTS:
+        timed = bench.compare_sessions(models, {"x": x}, threads, seconds, rounds, min_block)
         int8_ms, fp32_ms = (timed[p]["latency_ms_p50"] for p in ("int8", "fp32"))
         if int8_ms <= fp32_ms * (1 + MARGIN) or int8_ms - fp32_ms < MIN_GAIN_MS:
             return None

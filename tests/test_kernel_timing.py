@@ -13,7 +13,7 @@ def timings(int8_ms: dict[str, list[float]]):
     """A stand-in for the measurement: each op type's INT8 latencies in turn, FP32 at 1 ms."""
     calls = {op: iter(ms) for op, ms in int8_ms.items()}
 
-    def compare_sessions(models, feeds, threads, seconds):
+    def compare_sessions(models, feeds, threads, seconds, rounds, min_block):
         op = next(n.op_type for n in models["fp32"].graph.node if n.op_type in kernel_timing.TIMED_OPS)
         return {"int8": {"latency_ms_p50": next(calls[op])}, "fp32": {"latency_ms_p50": 1.0}}
 
