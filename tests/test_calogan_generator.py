@@ -5,7 +5,7 @@ import numpy as np
 import onnx
 import pytest
 
-keras = pytest.importorskip("keras")
+import keras
 
 from models.calogan.network import LATENT, discriminator, generator  # noqa: E402
 from quantize import QuantConfig, quantize_  # noqa: E402

@@ -6,7 +6,7 @@ import sys
 import numpy as np
 import pytest
 
-keras = pytest.importorskip("keras")
+import keras
 
 import onnx_ir as ir  # noqa: E402
 

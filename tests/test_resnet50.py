@@ -10,10 +10,11 @@ import onnx
 import pytest
 from PIL import Image
 
+from conftest import skip_outside_ci
 from models.resnet50 import data
 from models.resnet50.build import TrainRecipe, build
 
-pytestmark = pytest.mark.skipif(not data.DATASET_DIR.exists(), reason="needs the Debian package dataset-fashion-mnist")
+pytestmark = skip_outside_ci(not data.DATASET_DIR.exists(), "needs the Debian package dataset-fashion-mnist")
 
 
 @pytest.fixture(scope="module")

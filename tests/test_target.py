@@ -13,7 +13,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from conftest import conv_net, images
+from conftest import conv_net, images, skip_outside_ci
 from quantize import QuantConfig, quantize_, runtime, target
 from quantize.runtime import TargetMismatchWarning
 from quantize.validate import sqnr_db
@@ -106,7 +106,7 @@ print(json.dumps({"isa": target.host_isa(), "warnings": [str(w.message) for w in
 """
 
 
-@pytest.mark.skipif(not AS_CPU.exists(), reason="needs ../shared/tools/as-cpu beside the project")
+@skip_outside_ci(not AS_CPU.exists(), "needs ../shared/tools/as-cpu beside the project")
 def test_under_avx2_emulation_the_avx2_model_is_exact_and_a_vnni_model_is_caught(tmp_path):
     """MLAS takes its AVX2 kernels under the emulated CPU whatever the host: the probe sees the
     saturation, the model made for avx2 matches FP32, the one made for vnni saturates when run
