@@ -39,6 +39,7 @@ def build(recipe: TrainRecipe = TrainRecipe(), out_dir: Path | None = None, log=
         return out_dir
     import keras
 
+    from models.progress import TrainingProgress
     from models.resnet50.network import resnet50
     from quantize.frontend.tensorflow import keras_to_onnx
 
@@ -48,11 +49,12 @@ def build(recipe: TrainRecipe = TrainRecipe(), out_dir: Path | None = None, log=
     train_x, train_y = train_x[: recipe.train_samples], train_y[: recipe.train_samples]
     x = data.normalise(data.to_rgb(train_x, recipe.size))
     model = resnet50(stages=recipe.stages)
-    steps = recipe.epochs * int(np.ceil(len(x) / recipe.batch))
-    schedule = keras.optimizers.schedules.CosineDecay(recipe.learning_rate, steps)
+    per_epoch = int(np.ceil(len(x) / recipe.batch))
+    schedule = keras.optimizers.schedules.CosineDecay(recipe.learning_rate, recipe.epochs * per_epoch)
     model.compile(keras.optimizers.Adam(schedule), keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
     start = time.perf_counter()
-    model.fit(_augmented(x, train_y, recipe), epochs=recipe.epochs, steps_per_epoch=int(np.ceil(len(x) / recipe.batch)), verbose=2)
+    model.fit(_augmented(x, train_y, recipe), epochs=recipe.epochs, steps_per_epoch=per_epoch, verbose=0,
+              callbacks=[TrainingProgress(recipe.epochs, per_epoch, log)])
     log(f"trained in {time.perf_counter() - start:.0f} s")
 
     rng = np.random.default_rng(recipe.seed)
