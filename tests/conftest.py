@@ -25,12 +25,6 @@ def conv_net(opset: int = 17, batchnorm: bool = True, channels: int = 8, size: i
     -> GlobalAveragePool -> Flatten -> Gemm -> logits(N,10). The same weights on every call."""
     global RNG
     RNG = np.random.default_rng(0)
-
-
-def skip_outside_ci(missing: bool, reason: str):
-    """Skip on a developer's machine that lacks something; in CI (CI=true) run anyway and fail,
-    so that CI cannot go green by skipping."""
-    return pytest.mark.skipif(missing and os.environ.get("CI") != "true", reason=reason)
     c = channels
     nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1")]
     inits = [_init("w1", RNG.normal(0, 0.3, (c, 3, 3, 3)).astype(np.float32)), _init("b1", RNG.normal(0, 0.1, c).astype(np.float32))]
