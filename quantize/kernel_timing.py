@@ -64,40 +64,36 @@ def _verdict(node: ir.Node, shape: tuple[int, ...], weight_qmax: int, target: st
 
 
 def _one_node_model(node: ir.Node, shape: tuple[int, ...], precision: str, weight_qmax: int) -> onnx.ModelProto:
+    """uint8 x -> DequantizeLinear -> the node -> QuantizeLinear -> uint8 y. In INT8 its weight
+    and bias are int8/int32 behind DequantizeLinears (ORT fuses it into its integer kernel); in
+    FP32 they are float and x's DequantizeLinear is per channel, as InsertQDQPass writes it for
+    an FP32 node, so that ORT does not quantize the weight itself."""
     weight = node.inputs[1].const_value.numpy()
-    bias = node.inputs[2].const_value.numpy() if len(node.inputs) > 2 and node.inputs[2] is not None else None
-    one = numpy_helper.from_array(np.float32(1.0), "one")
-    mid = numpy_helper.from_array(np.uint8(128), "mid")
-    initializers, nodes = [one, mid], [helper.make_node("DequantizeLinear", ["x", "one", "mid"], ["x_float"])]
-    if precision == "fp32":  # as InsertQDQPass shields an FP32 reader from ORT's weight quantization
-        initializers += [numpy_helper.from_array(np.ones(shape[1], np.float32), "ones"), numpy_helper.from_array(np.full(shape[1], 128, np.uint8), "mids")]
-        nodes = [helper.make_node("DequantizeLinear", ["x", "ones", "mids"], ["x_float"], axis=1)]
+    bias = node.inputs[2].const_value.numpy() if len(node.inputs) > 2 and node.inputs[2] is not None and node.op_type != "MatMul" else None
+    arrays = {"one": np.float32(1.0), "mid": np.uint8(128)}
     if precision == "fp32":
-        initializers.append(numpy_helper.from_array(weight, "w"))
-        weight_input = "w"
+        arrays.update(ones=np.ones(shape[1], np.float32), mids=np.full(shape[1], 128, np.uint8), w=weight)
+        nodes = [helper.make_node("DequantizeLinear", ["x", "ones", "mids"], ["x_float"], axis=1)]
+        if bias is not None:
+            arrays["b"] = bias
     else:
         axis = weight_channel_axis(node, weight)
         q, scale = quantize_weight(weight, axis, weight_qmax)
-        initializers += [numpy_helper.from_array(q, "w_q"), numpy_helper.from_array(scale, "w_scale"),
-                         numpy_helper.from_array(np.zeros_like(scale, np.int8), "w_zero")]
-        nodes.append(helper.make_node("DequantizeLinear", ["w_q", "w_scale", "w_zero"], ["w"], **({"axis": axis} if scale.size > 1 else {})))
-        weight_input = "w"
-    inputs = ["x_float", weight_input]
-    if bias is not None and node.op_type != "MatMul":
-        if precision == "fp32" or bias.ndim != 1:
-            initializers.append(numpy_helper.from_array(bias, "b"))
-        else:
+        arrays.update(w_q=q, w_scale=scale, w_zero=np.zeros_like(scale, np.int8))
+        nodes = [helper.make_node("DequantizeLinear", ["x", "one", "mid"], ["x_float"]),
+                 helper.make_node("DequantizeLinear", ["w_q", "w_scale", "w_zero"], ["w"], **({"axis": axis} if scale.size > 1 else {}))]
+        if bias is not None and bias.ndim != 1:  # a Gemm's 2-D C stays float, as InsertQDQPass leaves it
+            arrays["b"] = bias
+        elif bias is not None:
             q_bias, bias_scale = quantize_bias(bias, np.float32(1.0), scale)
-            initializers += [numpy_helper.from_array(q_bias, "b_q"), numpy_helper.from_array(bias_scale, "b_scale"),
-                             numpy_helper.from_array(np.zeros_like(bias_scale, np.int32), "b_zero")]
-            nodes.append(helper.make_node("DequantizeLinear", ["b_q", "b_scale", "b_zero"], ["b"], axis=0))
-        inputs.append("b")
-    attributes = [ir.serde.serialize_attribute(a) for a in node.attributes.values()]
-    op = helper.make_node(node.op_type, inputs, ["y_float"])
-    op.attribute.extend(attributes)
+            arrays.update(b_q=q_bias, b_scale=bias_scale, b_zero=np.zeros_like(bias_scale, np.int32))
+            nodes.append(helper.make_node("DequantizeLinear", ["b_q", "b_scale", "b_zero"], ["b"], **({"axis": 0} if bias_scale.size > 1 else {})))
+    op = helper.make_node(node.op_type, ["x_float", "w", *(["b"] if bias is not None else [])], ["y_float"])
+    op.attribute.extend(ir.serde.serialize_attribute(a) for a in node.attributes.values())
     nodes += [op, helper.make_node("QuantizeLinear", ["y_float", "one", "mid"], ["y"])]
     graph = helper.make_graph(nodes, f"{node.op_type}_{precision}", [helper.make_tensor_value_info("x", TensorProto.UINT8, shape)],
-                              [helper.make_tensor_value_info("y", TensorProto.UINT8, None)], initializers)
+                              [helper.make_tensor_value_info("y", TensorProto.UINT8, None)],
+                              [numpy_helper.from_array(np.asarray(a), name) for name, a in arrays.items()])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model
