@@ -29,6 +29,8 @@ demo: setup
 		-o resnet50.int8.onnx --report resnet50-report.html --evaluate resnet50
 
 test: setup
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -q
 
 bench: setup

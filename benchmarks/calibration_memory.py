@@ -21,17 +21,17 @@ from quantize.target import host_isa
 OURS = textwrap.dedent("""
     import json, resource, sys, time
     import onnx, onnx_ir as ir
-    from calibration import choose_range, collect_histograms, open_calibration
+    from calibration import Entropy, choose_range, collect_histograms, open_calibration
     from quantize import passes
     from quantize.pipeline import input_specs, observed_tensors
     from quantize.policy import select_nodes
     model_path, calib_path, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
     clean = ir.serde.serialize_model(passes.cleanup(ir.serde.deserialize_model(onnx.load(model_path))))
     graph = ir.serde.deserialize_model(clean)
-    tensors = observed_tensors(graph, select_nodes(graph))
+    tensors = observed_tensors(graph, select_nodes(graph).int8)
     start = time.perf_counter()
     histograms = collect_histograms(clean, tensors, open_calibration(calib_path, input_specs(clean)), n, batch_size=int(sys.argv[4]))
-    ranges = {name: choose_range(h, "entropy") for name, h in histograms.items()}
+    ranges = {name: choose_range(h, Entropy()) for name, h in histograms.items()}
     print(json.dumps({"seconds": time.perf_counter() - start, "tensors": len(ranges),
                       "peak_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """)
@@ -58,7 +58,11 @@ ORT = textwrap.dedent("""
 
 
 def _run(script: str, model, calib, n: int) -> dict:
-    run = subprocess.run([sys.executable, "-c", script, str(model), str(calib), str(n), str(BATCH)], capture_output=True, text=True)
+    run = subprocess.run(
+        [sys.executable, "-c", script, str(model), str(calib), str(n), str(BATCH)],
+        capture_output=True,
+        text=True,
+    )
     if run.returncode:
         raise RuntimeError(run.stderr.strip().splitlines()[-1])
     return json.loads(run.stdout.strip().splitlines()[-1])
@@ -67,13 +71,30 @@ def _run(script: str, model, calib, n: int) -> dict:
 def main() -> None:
     cache = build()
     model, calib = cache / "resnet50.onnx", cache / "calib.npz"
-    runs = {tool: {n: _run(script, model, calib, n) for n in (100, 1000)} for tool, script in (("quantize", OURS), ("ort_entropy", ORT))}
-    result = {"machine": host_isa(), "model": "ResNet-50, 32x32x3", "method": "entropy", "batch": BATCH, "runs": runs,
-              "growth_mib_100_to_1000": {tool: r[1000]["peak_mib"] - r[100]["peak_mib"] for tool, r in runs.items()}}
-    lines = [f"# Calibration peak memory (ResNet-50 at 32x32, entropy, every activation, batch {BATCH})", "",
-             "| calibrator | peak MiB, 100 samples | peak MiB, 1000 samples | growth | seconds (1000) |", "|---|---|---|---|---|"]
+    runs = {
+        tool: {n: _run(script, model, calib, n) for n in (100, 1000)}
+        for tool, script in (("quantize", OURS), ("ort_entropy", ORT))
+    }
+    result = {
+        "machine": host_isa(),
+        "model": "ResNet-50, 32x32x3",
+        "method": "entropy",
+        "batch": BATCH,
+        "runs": runs,
+        "growth_mib_100_to_1000": {
+            tool: r[1000]["peak_mib"] - r[100]["peak_mib"] for tool, r in runs.items()
+        },
+    }
+    lines = [
+        f"# Calibration peak memory (ResNet-50 at 32x32, entropy, every activation, batch {BATCH})",
+        "",
+        "| calibrator | peak MiB, 100 samples | peak MiB, 1000 samples | growth | seconds (1000) |",
+        "|---|---|---|---|---|",
+    ]
     for tool, r in runs.items():
-        lines.append(f"| {tool} | {r[100]['peak_mib']:.0f} | {r[1000]['peak_mib']:.0f} | {r[1000]['peak_mib'] - r[100]['peak_mib']:+.0f} | {r[1000]['seconds']:.1f} |")
+        lines.append(
+            f"| {tool} | {r[100]['peak_mib']:.0f} | {r[1000]['peak_mib']:.0f} | {r[1000]['peak_mib'] - r[100]['peak_mib']:+.0f} | {r[1000]['seconds']:.1f} |"
+        )
     markdown = "\n".join(lines) + "\n"
     write_results("calibration_memory", result, markdown)
     print(markdown)

@@ -7,11 +7,20 @@ import sys
 from importlib import metadata
 from pathlib import Path
 
-from quantize.atomic import write_text
+from onnxio import write_text
 from quantize.target import host_isa
 
 RESULTS = Path(__file__).parent / "results"
-VERSIONED = ("onnxruntime", "onnx", "onnx-ir", "numpy", "tensorflow-cpu", "keras", "tf2onnx", "ai-edge-litert")
+VERSIONED = (
+    "onnxruntime",
+    "onnx",
+    "onnx-ir",
+    "numpy",
+    "tensorflow-cpu",
+    "keras",
+    "tf2onnx",
+    "ai-edge-litert",
+)
 
 
 def write_results(name: str, data: dict, markdown: str) -> Path:
@@ -27,7 +36,9 @@ def provenance() -> dict:
     root = Path(__file__).parents[1]
 
     def git(*args: str) -> str:
-        return subprocess.run(["git", *args], cwd=root, capture_output=True, text=True).stdout.strip()
+        return subprocess.run(
+            ["git", *args], cwd=root, capture_output=True, text=True
+        ).stdout.strip()
 
     return {
         "commit": git("rev-parse", "HEAD") or "unknown",
@@ -35,7 +46,15 @@ def provenance() -> dict:
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "isa": host_isa(),
         "versions": {name: _version(name) for name in VERSIONED},
-        "command": " ".join(["python -m", sys.modules["__main__"].__spec__.name if sys.modules["__main__"].__spec__ else sys.argv[0], *sys.argv[1:]]),
+        "command": " ".join(
+            [
+                "python -m",
+                sys.modules["__main__"].__spec__.name
+                if sys.modules["__main__"].__spec__
+                else sys.argv[0],
+                *sys.argv[1:],
+            ]
+        ),
     }
 
 
@@ -48,5 +67,7 @@ def _version(name: str) -> str | None:
 
 def _provenance_line(record: dict) -> str:
     isa = record["isa"]
-    return (f"`{record['command']}` at {record['commit'][:10]}{' (dirty)' if record['dirty'] else ''}, {record['date']}; "
-            f"{isa['cpu']}, INT8 path {isa['int8_gemm_path']}, ONNX Runtime {isa['onnxruntime']}.")
+    return (
+        f"`{record['command']}` at {record['commit'][:10]}{' (dirty)' if record['dirty'] else ''}, {record['date']}; "
+        f"{isa['cpu']}, INT8 path {isa['int8_gemm_path']}, ONNX Runtime {isa['onnxruntime']}."
+    )

@@ -10,12 +10,22 @@ import onnx
 from quantize.target import host_target, saturates
 
 
-def ort_quantize_static(fp32: onnx.ModelProto, calib: dict[str, np.ndarray] | list[dict], batch: int = 32, activations: str = "uint8") -> onnx.ModelProto:
+def ort_quantize_static(
+    fp32: onnx.ModelProto,
+    calib: dict[str, np.ndarray] | list[dict],
+    batch: int = 32,
+    activations: str = "uint8",
+) -> onnx.ModelProto:
     """ONNX Runtime's quantize_static: QDQ, uint8 activations, per-channel int8 weights, MinMax
     calibration, after its own quant_pre_process (the settings its docstring gives for VNNI CPUs),
     with `reduce_range` (7-bit weights) where this CPU's kernels saturate, as its docs advise for
     non-VNNI machines. `calib` is arrays cut into `batch`-sized feeds, or a list of ready feeds."""
-    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
+    from onnxruntime.quantization import (
+        CalibrationDataReader,
+        QuantFormat,
+        QuantType,
+        quantize_static,
+    )
 
     class Reader(CalibrationDataReader):
         def __init__(self):
@@ -23,14 +33,26 @@ def ort_quantize_static(fp32: onnx.ModelProto, calib: dict[str, np.ndarray] | li
                 self.batches = iter(calib)
                 return
             n = len(next(iter(calib.values())))
-            self.batches = iter([{k: v[i:i + batch] for k, v in calib.items()} for i in range(0, n, batch)])
+            self.batches = iter(
+                [{k: v[i : i + batch] for k, v in calib.items()} for i in range(0, n, batch)]
+            )
 
         def get_next(self):
             return next(self.batches, None)
 
-    return _run_ort_quantizer(fp32, lambda prepared, output: quantize_static(
-        prepared, output, Reader(), quant_format=QuantFormat.QDQ, per_channel=True,
-        activation_type=QuantType.QUInt8 if activations == "uint8" else QuantType.QInt8, weight_type=QuantType.QInt8, reduce_range=saturates(host_target())))
+    return _run_ort_quantizer(
+        fp32,
+        lambda prepared, output: quantize_static(
+            prepared,
+            output,
+            Reader(),
+            quant_format=QuantFormat.QDQ,
+            per_channel=True,
+            activation_type=QuantType.QUInt8 if activations == "uint8" else QuantType.QInt8,
+            weight_type=QuantType.QInt8,
+            reduce_range=saturates(host_target()),
+        ),
+    )
 
 
 def ort_quantize_dynamic(fp32: onnx.ModelProto) -> onnx.ModelProto:
@@ -39,8 +61,16 @@ def ort_quantize_dynamic(fp32: onnx.ModelProto) -> onnx.ModelProto:
     its own quant_pre_process."""
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    return _run_ort_quantizer(fp32, lambda prepared, output: quantize_dynamic(prepared, output, weight_type=QuantType.QInt8, per_channel=True,
-                                                                                   reduce_range=saturates(host_target())))
+    return _run_ort_quantizer(
+        fp32,
+        lambda prepared, output: quantize_dynamic(
+            prepared,
+            output,
+            weight_type=QuantType.QInt8,
+            per_channel=True,
+            reduce_range=saturates(host_target()),
+        ),
+    )
 
 
 def _run_ort_quantizer(fp32: onnx.ModelProto, quantize) -> onnx.ModelProto:
@@ -50,7 +80,9 @@ def _run_ort_quantizer(fp32: onnx.ModelProto, quantize) -> onnx.ModelProto:
     from onnxruntime.quantization import quant_pre_process
 
     with tempfile.TemporaryDirectory() as tmp, contextlib.chdir(tmp):
-        source, prepared, output = (str(Path(tmp) / name) for name in ("fp32.onnx", "prep.onnx", "int8.onnx"))
+        source, prepared, output = (
+            str(Path(tmp) / name) for name in ("fp32.onnx", "prep.onnx", "int8.onnx")
+        )
         onnx.save(fp32, source)
         try:
             quant_pre_process(source, prepared)
@@ -66,7 +98,7 @@ def tflite_full_int8(keras_model, calib: np.ndarray, batch: int = 32) -> bytes:
 
     def representative():
         for i in range(0, len(calib), batch):
-            yield [calib[i:i + batch]]
+            yield [calib[i : i + batch]]
 
     with tempfile.TemporaryDirectory() as tmp:
         keras_model.export(tmp, verbose=False)  # Keras 3: the converter reads a SavedModel

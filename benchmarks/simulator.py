@@ -28,13 +28,28 @@ def main() -> None:
         total = showers.sum(axis=(1, 2, 3))
         profile = showers.sum(axis=(0, 1, 2))
         fit = float(detector.sampling_fraction_fit(e))
-        checks[e] = {"sampling_fraction": float(total.mean() / e), "fit_3dgan": fit, "ratio_to_fit": float(total.mean() / e / fit),
-                     "resolution": float(total.std() / total.mean()), "mean_depth_x0": float(np.sum(profile * centres) / profile.sum())}
-    result = {"machine": host_isa(), "showers_per_s_10000_uniform_2_500_gev_2_processes": rate, "by_energy_gev": checks}
-    lines = [f"# Shower simulator: {rate:.0f} showers/s (10000 showers, 2-500 GeV, 2 processes, HDF5 written)", "",
-             "| Ep (GeV) | sum/Ep | 3DGAN fit | ratio | resolution | mean depth (X0) |", "|---|---|---|---|---|---|"]
-    lines += [f"| {e} | {c['sampling_fraction']:.4f} | {c['fit_3dgan']:.4f} | {c['ratio_to_fit']:.3f} | {c['resolution']:.3f} | {c['mean_depth_x0']:.2f} |"
-              for e, c in checks.items()]
+        checks[e] = {
+            "sampling_fraction": float(total.mean() / e),
+            "fit_3dgan": fit,
+            "ratio_to_fit": float(total.mean() / e / fit),
+            "resolution": float(total.std() / total.mean()),
+            "mean_depth_x0": float(np.sum(profile * centres) / profile.sum()),
+        }
+    result = {
+        "machine": host_isa(),
+        "showers_per_s_10000_uniform_2_500_gev_2_processes": rate,
+        "by_energy_gev": checks,
+    }
+    lines = [
+        f"# Shower simulator: {rate:.0f} showers/s (10000 showers, 2-500 GeV, 2 processes, HDF5 written)",
+        "",
+        "| Ep (GeV) | sum/Ep | 3DGAN fit | ratio | resolution | mean depth (X0) |",
+        "|---|---|---|---|---|---|",
+    ]
+    lines += [
+        f"| {e} | {c['sampling_fraction']:.4f} | {c['fit_3dgan']:.4f} | {c['ratio_to_fit']:.3f} | {c['resolution']:.3f} | {c['mean_depth_x0']:.2f} |"
+        for e, c in checks.items()
+    ]
     markdown = "\n".join(lines) + "\n"
     write_results("simulator", result, markdown)
     print(markdown)

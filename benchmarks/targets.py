@@ -24,7 +24,7 @@ import onnx
 
 from benchmarks.results import write_results
 from models.resnet50.build import build
-from quantize import QuantConfig, quantize_
+from quantize import Recipe, RunOptions, quantize
 from quantize.bench import compare
 from quantize.runtime import TargetMismatchWarning, run_batches, session
 from quantize.target import host_target
@@ -45,7 +45,12 @@ LABELS = {
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.targets")
     parser.add_argument("--seconds", type=float, default=6.0, help="minimum timing per model")
-    parser.add_argument("--emulated-images", type=int, default=500, help="test images top-1 is read on under AVX2 emulation")
+    parser.add_argument(
+        "--emulated-images",
+        type=int,
+        default=500,
+        help="test images top-1 is read on under AVX2 emulation",
+    )
     args = parser.parse_args()
     cache = build()
     with np.load(cache / "test.npz") as test:
@@ -55,19 +60,44 @@ def main() -> None:
     runs["vnni"], runs["vnni_u8u8"] = (models["vnni"], False), (models["vnni"], True)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TargetMismatchWarning)  # the point of the vnni rows
-        sessions = {name: session(model, THREADS, exact_kernels=exact) for name, (model, exact) in runs.items()}
+        sessions = {
+            name: session(model, THREADS, exact_kernels=exact)
+            for name, (model, exact) in runs.items()
+        }
     top1 = {name: _top1(s, images, labels) for name, s in sessions.items()}
     x = images[:BATCH]
-    speed = compare({name: (lambda s=s: s.run(None, {s.get_inputs()[0].name: x})) for name, s in sessions.items()}, BATCH, args.seconds)
-    emulated = _emulated_top1({name: models[name] for name in ("fp32_clean", "avx2", "vnni")}, images, labels, args.emulated_images)
+    speed = compare(
+        {
+            name: (lambda s=s: s.run(None, {s.get_inputs()[0].name: x}))
+            for name, s in sessions.items()
+        },
+        BATCH,
+        args.seconds,
+    )
+    emulated = _emulated_top1(
+        {name: models[name] for name in ("fp32_clean", "avx2", "vnni")},
+        images,
+        labels,
+        args.emulated_images,
+    )
 
     base = speed["fp32_clean"]["throughput"]
     result = {
         "model": f"ResNet-50 trained on Fashion-MNIST ({json.loads(_meta(models['fp32_exported'], 'resnet50.train_recipe') or '{}').get('epochs', '?')} epochs), 32x32x3",
-        "threads": THREADS, "batch": BATCH, "test_images": len(labels),
-        "rows": {name: {"label": LABELS[name], "top1": top1[name], "throughput": speed[name]["throughput"],
-                        "over_fp32_clean": speed[name]["throughput"] / base,
-                        "over_fp32_exported": speed[name]["throughput"] / speed["fp32_exported"]["throughput"]} for name in LABELS},
+        "threads": THREADS,
+        "batch": BATCH,
+        "test_images": len(labels),
+        "rows": {
+            name: {
+                "label": LABELS[name],
+                "top1": top1[name],
+                "throughput": speed[name]["throughput"],
+                "over_fp32_clean": speed[name]["throughput"] / base,
+                "over_fp32_exported": speed[name]["throughput"]
+                / speed["fp32_exported"]["throughput"],
+            }
+            for name in LABELS
+        },
         "kernel_timing_fp32_nodes": kernel_timing,
         "emulated_avx2": emulated,
     }
@@ -79,12 +109,21 @@ def main() -> None:
 
 def _models(cache: Path) -> tuple[dict[str, onnx.ModelProto], dict[str, str]]:
     path, calib = cache / "resnet50.onnx", cache / "calib.npz"
-    avx2 = quantize_(path, calib, QuantConfig(target="avx2", time_kernels=False, threads=THREADS))
-    vnni = quantize_(path, calib, QuantConfig(target="vnni", time_kernels=False, threads=THREADS))
-    models = {"fp32_exported": onnx.load(str(path)), "fp32_clean": avx2.fp32_model, "avx2": avx2.model, "vnni": vnni.model}
+    avx2 = quantize(
+        path, calib, Recipe(target="avx2", kernel_timing=False), RunOptions(threads=THREADS)
+    )
+    vnni = quantize(
+        path, calib, Recipe(target="vnni", kernel_timing=False), RunOptions(threads=THREADS)
+    )
+    models = {
+        "fp32_exported": onnx.load(str(path)),
+        "fp32_clean": avx2.fp32_model,
+        "avx2": avx2.model,
+        "vnni": vnni.model,
+    }
     timed = {}
     if host_target() == "avx2":
-        result = quantize_(path, calib, QuantConfig(threads=THREADS))
+        result = quantize(path, calib, Recipe(), RunOptions(threads=THREADS))
         models["avx2_timed"] = result.model
         timed = {d.name: d.reason for d in result.decisions if d.reason.startswith("INT8 slower")}
     else:
@@ -97,7 +136,9 @@ def _top1(sess, images: np.ndarray, labels: np.ndarray) -> float:
     return 100 * float(np.mean(logits.argmax(axis=1) == labels))
 
 
-def _emulated_top1(models: dict[str, onnx.ModelProto], images: np.ndarray, labels: np.ndarray, n: int) -> dict:
+def _emulated_top1(
+    models: dict[str, onnx.ModelProto], images: np.ndarray, labels: np.ndarray, n: int
+) -> dict:
     """Top-1 of each model under qemu's AVX2-only CPU (plain ORT kernels), on the first n images."""
     if not AS_CPU.exists():
         return {"status": f"not run: {AS_CPU} is missing"}
@@ -107,12 +148,31 @@ def _emulated_top1(models: dict[str, onnx.ModelProto], images: np.ndarray, label
         for name, model in models.items():
             onnx.save(model, str(Path(tmp) / f"{name}.onnx"))
             paths.append(str(Path(tmp) / f"{name}.onnx"))
-        run = subprocess.run([str(AS_CPU), "avx2", sys.executable, "-m", "benchmarks.targets_child", str(Path(tmp) / "test.npz"), *paths],
-                             capture_output=True, text=True, cwd=Path(__file__).parents[1])
+        run = subprocess.run(
+            [
+                str(AS_CPU),
+                "avx2",
+                sys.executable,
+                "-m",
+                "benchmarks.targets_child",
+                str(Path(tmp) / "test.npz"),
+                *paths,
+            ],
+            capture_output=True,
+            text=True,
+            cwd=Path(__file__).parents[1],
+        )
     if run.returncode != 0:
-        return {"status": f"failed: {run.stderr.strip().splitlines()[-1] if run.stderr.strip() else run.returncode}"}
+        return {
+            "status": f"failed: {run.stderr.strip().splitlines()[-1] if run.stderr.strip() else run.returncode}"
+        }
     answer = json.loads(run.stdout.strip().splitlines()[-1])
-    return {"status": "ok", "images": n, "isa": answer["isa"], "top1": dict(zip(models, answer["top1"]))}
+    return {
+        "status": "ok",
+        "images": n,
+        "isa": answer["isa"],
+        "top1": dict(zip(models, answer["top1"])),
+    }
 
 
 def _meta(model: onnx.ModelProto, key: str) -> str | None:
@@ -121,18 +181,34 @@ def _meta(model: onnx.ModelProto, key: str) -> str | None:
 
 def _markdown(result: dict) -> str:
     rows, emulated = result["rows"], result["emulated_avx2"]
-    lines = [f"# INT8 per target: {result['model']}", "",
-             f"Top-1 on {result['test_images']} test images; throughput at batch {result['batch']}, {result['threads']} threads, on this CPU.", "",
-             "| model | top-1 % | img/s | x FP32 clean-up | x FP32 as exported |", "|---|---|---|---|---|"]
+    lines = [
+        f"# INT8 per target: {result['model']}",
+        "",
+        f"Top-1 on {result['test_images']} test images; throughput at batch {result['batch']}, {result['threads']} threads, on this CPU.",
+        "",
+        "| model | top-1 % | img/s | x FP32 clean-up | x FP32 as exported |",
+        "|---|---|---|---|---|",
+    ]
     for row in rows.values():
-        lines.append(f"| {row['label']} | {row['top1']:.2f} | {row['throughput']:.1f} | {row['over_fp32_clean']:.2f} | {row['over_fp32_exported']:.2f} |")
+        lines.append(
+            f"| {row['label']} | {row['top1']:.2f} | {row['throughput']:.1f} | {row['over_fp32_clean']:.2f} | {row['over_fp32_exported']:.2f} |"
+        )
     if emulated.get("status") == "ok":
-        lines += ["", f"Under AVX2 emulation ({emulated['isa']['int8_gemm_path']}), top-1 on the first {emulated['images']} test images: "
-                  + ", ".join(f"{LABELS[name]} {value:.2f}" for name, value in emulated["top1"].items()) + "."]
+        lines += [
+            "",
+            f"Under AVX2 emulation ({emulated['isa']['int8_gemm_path']}), top-1 on the first {emulated['images']} test images: "
+            + ", ".join(f"{LABELS[name]} {value:.2f}" for name, value in emulated["top1"].items())
+            + ".",
+        ]
     else:
         lines += ["", f"AVX2 emulation: {emulated['status']}."]
     if result["kernel_timing_fp32_nodes"]:
-        lines += ["", "Kept FP32 by kernel timing: " + "; ".join(f"{n} ({r})" for n, r in result["kernel_timing_fp32_nodes"].items()) + "."]
+        lines += [
+            "",
+            "Kept FP32 by kernel timing: "
+            + "; ".join(f"{n} ({r})" for n, r in result["kernel_timing_fp32_nodes"].items())
+            + ".",
+        ]
     return "\n".join(lines) + "\n"
 
 

@@ -20,8 +20,8 @@ from models.translator.export import cache_names, export
 from models.translator.network import BASE
 from models.translator.train import build_model
 from quantize.bench import compare_sessions
-from quantize.config import QuantConfig
-from quantize.pipeline import quantize_
+from quantize.pipeline import quantize
+from quantize.recipe import Recipe
 from quantize.runtime import session
 from quantize.target import host_isa
 from quantize.validate import sqnr_db
@@ -39,9 +39,18 @@ def feeds(graph: str, rng: np.random.Generator, count: int, encoder: onnx.ModelP
             out.append(source)
             continue
         context = dict(zip([o.name for o in sess.get_outputs()], sess.run(None, source)))
-        past = {n: rng.normal(0, 1, (BATCH, c.heads, CACHED, c.depth)).astype(np.float32) for n in cache_names("past", c.decoder_layers)}
-        out.append({"token": rng.integers(4, c.vocab, (BATCH, 1)).astype(np.int32), "position": np.full((BATCH, 1), CACHED, np.int32),
-                    **past, **context})
+        past = {
+            n: rng.normal(0, 1, (BATCH, c.heads, CACHED, c.depth)).astype(np.float32)
+            for n in cache_names("past", c.decoder_layers)
+        }
+        out.append(
+            {
+                "token": rng.integers(4, c.vocab, (BATCH, 1)).astype(np.int32),
+                "position": np.full((BATCH, 1), CACHED, np.int32),
+                **past,
+                **context,
+            }
+        )
     return out
 
 
@@ -51,32 +60,58 @@ def main() -> None:
         encoder_path, decoder_path = export(build_model(BASE), Path(tmp))
         graphs = {"encoder": onnx.load(encoder_path), "decoder": onnx.load(decoder_path)}
         paths = {"encoder": encoder_path, "decoder": decoder_path}
-        data = {"isa": host_isa(), "setup": {"batch": BATCH, "source_positions": SOURCE, "cached_positions": CACHED,
-                                            "config": BASE.__dict__}}
+        data = {
+            "isa": host_isa(),
+            "setup": {
+                "batch": BATCH,
+                "source_positions": SOURCE,
+                "cached_positions": CACHED,
+                "config": BASE.__dict__,
+            },
+        }
         for name, fp32 in graphs.items():
             calib = feeds(name, rng, 32, graphs["encoder"])
             bench_feed = feeds(name, rng, 1, graphs["encoder"])[0]
             models = {
                 "fp32": fp32,
-                "ours": quantize_(paths[name], calib, QuantConfig.transformer()).model,
+                "ours": quantize(paths[name], calib, Recipe.transformer()).model,
                 "ort_dynamic": ort_quantize_dynamic(fp32),
                 "ort_static": ort_quantize_static(fp32, calib),
             }
             speed = compare_sessions(models, bench_feed, threads=0, min_seconds=12)
             reference = session(fp32).run(None, bench_feed)[0]
-            data[name] = {variant: {"per_s": speed[variant]["throughput"], "vs_fp32": speed[variant]["throughput"] / speed["fp32"]["throughput"],
-                                    "p50_ms": speed[variant]["latency_ms_p50"],
-                                    "output_sqnr_db": sqnr_db(reference, session(m).run(None, bench_feed)[0])}
-                          for variant, m in models.items()}
+            data[name] = {
+                variant: {
+                    "per_s": speed[variant]["throughput"],
+                    "vs_fp32": speed[variant]["throughput"] / speed["fp32"]["throughput"],
+                    "p50_ms": speed[variant]["latency_ms_p50"],
+                    "output_sqnr_db": sqnr_db(reference, session(m).run(None, bench_feed)[0]),
+                }
+                for variant, m in models.items()
+            }
     write_results("transformer_base", data, _markdown(data))
     print(_markdown(data))
 
 
 def _markdown(d: dict) -> str:
-    lines = [f"# Transformer-base, random weights ({d['isa']['cpu']}, {d['isa']['int8_gemm_path']}, 2 threads)", ""]
-    for graph, unit in (("encoder", f"sequences/s (batch {BATCH} x {SOURCE} tokens)"), ("decoder", f"step rows/s (batch {BATCH}, {CACHED} cached)")):
-        lines += [f"## {graph}: {unit}", "", "| variant | per s | vs FP32 | p50 ms | output SQNR dB |", "|---|---|---|---|---|"]
-        lines += [f"| {v} | {r['per_s']:.1f} | {r['vs_fp32']:.2f}x | {r['p50_ms']:.1f} | {r['output_sqnr_db']:.1f} |" for v, r in d[graph].items()]
+    lines = [
+        f"# Transformer-base, random weights ({d['isa']['cpu']}, {d['isa']['int8_gemm_path']}, 2 threads)",
+        "",
+    ]
+    for graph, unit in (
+        ("encoder", f"sequences/s (batch {BATCH} x {SOURCE} tokens)"),
+        ("decoder", f"step rows/s (batch {BATCH}, {CACHED} cached)"),
+    ):
+        lines += [
+            f"## {graph}: {unit}",
+            "",
+            "| variant | per s | vs FP32 | p50 ms | output SQNR dB |",
+            "|---|---|---|---|---|",
+        ]
+        lines += [
+            f"| {v} | {r['per_s']:.1f} | {r['vs_fp32']:.2f}x | {r['p50_ms']:.1f} | {r['output_sqnr_db']:.1f} |"
+            for v, r in d[graph].items()
+        ]
         lines.append("")
     return "\n".join(lines)
 

@@ -3,16 +3,31 @@
 - `open_calibration(path, inputs)` reads `.npy`, `.npz`, HDF5 or an image directory in batches;
 - `collect_histograms(model, source, ...)` runs the model and keeps one bounded
   `StreamingHistogram` per activation: memory does not grow with the number of samples;
-- `choose_range(histogram, method)` turns a histogram into the range INT8 must cover.
+- `choose_range(histogram, Percentile(99.999))` turns a histogram into the range INT8 must cover.
 """
 
 from calibration.collector import collect_channel_absmax, collect_histograms
-from calibration.data import CalibrationSource, InputSpec, ImagePreprocess, open_calibration
+from calibration.data import CalibrationSource, ImagePreprocess, InputSpec, open_calibration
 from calibration.histogram import StreamingHistogram
-from calibration.methods import METHODS, choose_range
+from calibration.methods import (
+    METHODS,
+    Entropy,
+    MinMax,
+    Mse,
+    Percentile,
+    RangeMethod,
+    choose_range,
+    method_from_dict,
+    method_to_dict,
+)
 
 __all__ = [
     "METHODS",
+    "Entropy",
+    "MinMax",
+    "Mse",
+    "Percentile",
+    "RangeMethod",
     "CalibrationSource",
     "ImagePreprocess",
     "InputSpec",
@@ -20,5 +35,7 @@ __all__ = [
     "choose_range",
     "collect_channel_absmax",
     "collect_histograms",
+    "method_from_dict",
+    "method_to_dict",
     "open_calibration",
 ]

@@ -5,14 +5,14 @@ end, each batch's activations are folded into fixed-size histograms and dropped:
 is one batch of activations plus `bins` counters per tensor, whatever the sample count.
 """
 
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 import onnx
 
 from calibration.data import CalibrationSource
 from calibration.histogram import StreamingHistogram
-from quantize.runtime import session
+from onnxio import cpu_session
 
 
 def collect_histograms(
@@ -26,7 +26,7 @@ def collect_histograms(
 ) -> dict[str, StreamingHistogram]:
     """Histograms of `tensors` over the first `num_samples` samples of `source`."""
     observed = _with_outputs(model, tensors)
-    sess = session(observed, threads)
+    sess = cpu_session(observed, threads)
     histograms = {name: StreamingHistogram() for name in tensors}
     done = 0
     for batch in source.batches(0, num_samples, batch_size):
@@ -38,10 +38,16 @@ def collect_histograms(
     return histograms
 
 
-def collect_channel_absmax(model: onnx.ModelProto, tensors: list[str], source: CalibrationSource, num_samples: int,
-                           batch_size: int = 32, threads: int = 0) -> dict[str, np.ndarray]:
+def collect_channel_absmax(
+    model: onnx.ModelProto,
+    tensors: list[str],
+    source: CalibrationSource,
+    num_samples: int,
+    batch_size: int = 32,
+    threads: int = 0,
+) -> dict[str, np.ndarray]:
     """The largest |value| of each channel (last axis) of `tensors`: one vector per tensor."""
-    sess = session(_with_outputs(model, tensors), threads)
+    sess = cpu_session(_with_outputs(model, tensors), threads)
     absmax: dict[str, np.ndarray] = {}
     for batch in source.batches(0, num_samples, batch_size):
         for name, value in zip(tensors, sess.run(tensors, batch)):
@@ -56,5 +62,7 @@ def _with_outputs(model: onnx.ModelProto, tensors: list[str]) -> onnx.ModelProto
     present = {o.name for o in observed.graph.output}
     for name in tensors:
         if name not in present:
-            observed.graph.output.append(onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None))
+            observed.graph.output.append(
+                onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None)
+            )
     return observed

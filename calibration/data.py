@@ -3,17 +3,17 @@
 The first axis of every array is the sample axis. Each source knows its sample count up
 front and yields `{input name: array}` batches for any [start, stop) window; every batch is
 checked against the model's inputs (dtype kind, static dimensions, NaN/Inf) and a problem is
-reported as a `QuantizeError` naming the file.
+reported as a `InputError` naming the file.
 """
 
 import zipfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 
-from quantize.errors import QuantizeError
+from onnxio import InputError
 
 IMAGE_SUFFIXES = {".png", ".jpg", ".jpeg", ".bmp", ".gif", ".tif", ".tiff", ".webp"}
 
@@ -33,7 +33,9 @@ class ImagePreprocess:
     scale: float = 1 / 255
     mean: tuple = (0.0, 0.0, 0.0)
     std: tuple = (1.0, 1.0, 1.0)
-    layout: str | None = None  # NHWC | NCHW; None: the model input's channel axis (the one of size 1 or 3)
+    layout: str | None = (
+        None  # NHWC | NCHW; None: the model input's channel axis (the one of size 1 or 3)
+    )
     color: str = "RGB"
 
     @classmethod
@@ -76,7 +78,9 @@ class CalibrationSource:
         return out
 
 
-def open_calibration(path, inputs: list[InputSpec], image_preprocess: ImagePreprocess | None = None) -> CalibrationSource:
+def open_calibration(
+    path, inputs: list[InputSpec], image_preprocess: ImagePreprocess | None = None
+) -> CalibrationSource:
     """Open `path` (`.npy`, `.npz`, `.h5`/`.hdf5`, `file.h5:DATASET`, or an image directory),
     or take a list of ready feeds `{input name: array}` whose shapes may differ from feed to
     feed (decoder steps with a growing cache, sentences of different lengths)."""
@@ -88,7 +92,7 @@ def open_calibration(path, inputs: list[InputSpec], image_preprocess: ImagePrepr
         text, dataset = text.rsplit(":", 1)
     path = Path(text)
     if not path.exists():
-        raise QuantizeError(path, "calibration data not found")
+        raise InputError(path, "calibration data not found")
     if path.is_dir():
         source = _image_dir(path, inputs, image_preprocess or ImagePreprocess())
     elif path.suffix == ".npy":
@@ -98,27 +102,36 @@ def open_calibration(path, inputs: list[InputSpec], image_preprocess: ImagePrepr
     elif path.suffix in (".h5", ".hdf5"):
         source = _hdf5(path, inputs, dataset)
     else:
-        raise QuantizeError(path, "unknown calibration format: use .npy, .npz, .h5/.hdf5 or a directory of images")
+        raise InputError(
+            path, "unknown calibration format: use .npy, .npz, .h5/.hdf5 or a directory of images"
+        )
     if source.num_samples == 0:
-        raise QuantizeError(path, "the calibration set is empty (0 samples)")
+        raise InputError(path, "the calibration set is empty (0 samples)")
     return source
 
 
 def _feeds(feeds: list[dict[str, np.ndarray]], inputs: list[InputSpec]) -> CalibrationSource:
     where = Path("<calibration feeds>")
     if not feeds:
-        raise QuantizeError(where, "the calibration set is empty (0 feeds)")
+        raise InputError(where, "the calibration set is empty (0 feeds)")
     for i, feed in enumerate(feeds):
         missing = [s.name for s in inputs if s.name not in feed]
         if missing:
-            raise QuantizeError(where, f"feed {i} has no array for model input(s) {', '.join(missing)}")
-    return CalibrationSource(where, inputs, len(feeds), lambda start, stop: feeds[start], prebatched=True)
+            raise InputError(
+                where, f"feed {i} has no array for model input(s) {', '.join(missing)}"
+            )
+    return CalibrationSource(
+        where, inputs, len(feeds), lambda start, stop: feeds[start], prebatched=True
+    )
 
 
 def _single_input(path: Path, inputs: list[InputSpec], what: str) -> InputSpec:
     if len(inputs) != 1:
         names = ", ".join(s.name for s in inputs)
-        raise QuantizeError(path, f"{what} holds one array but the model has {len(inputs)} inputs ({names}); use .npz or HDF5 keyed by input name")
+        raise InputError(
+            path,
+            f"{what} holds one array but the model has {len(inputs)} inputs ({names}); use .npz or HDF5 keyed by input name",
+        )
     return inputs[0]
 
 
@@ -127,7 +140,7 @@ def _npy(path: Path, inputs: list[InputSpec]) -> CalibrationSource:
     try:
         array = np.load(path, mmap_mode="r", allow_pickle=False)
     except (ValueError, OSError, EOFError) as exc:
-        raise QuantizeError(path, f"not a numpy array file ({_reason(exc)})") from None
+        raise InputError(path, f"not a numpy array file ({_reason(exc)})") from None
     _check_rank(path, spec, array.shape, array.dtype)
     return CalibrationSource(path, inputs, array.shape[0], lambda a, b: {spec.name: array[a:b]})
 
@@ -136,18 +149,23 @@ def _npz(path: Path, inputs: list[InputSpec]) -> CalibrationSource:
     try:
         archive = zipfile.ZipFile(path)
     except (zipfile.BadZipFile, OSError) as exc:
-        raise QuantizeError(path, f"not a .npz archive ({_reason(exc)})") from None
+        raise InputError(path, f"not a .npz archive ({_reason(exc)})") from None
     members = {Path(n).stem: n for n in archive.namelist() if n.endswith(".npy")}
     missing = [s.name for s in inputs if s.name not in members]
     if missing:
-        raise QuantizeError(path, f"no array for model input(s) {', '.join(missing)}; keys present: {', '.join(sorted(members)) or 'none'}")
+        raise InputError(
+            path,
+            f"no array for model input(s) {', '.join(missing)}; keys present: {', '.join(sorted(members)) or 'none'}",
+        )
     headers = {s.name: _npz_header(path, archive, members[s.name]) for s in inputs}
     for spec in inputs:
         _check_rank(path, spec, headers[spec.name][0], headers[spec.name][1])
     count = _common_count(path, {n: h[0][0] for n, h in headers.items()})
 
     def read(start: int, stop: int) -> dict[str, np.ndarray]:
-        return {name: _npz_rows(archive, members[name], *headers[name], start, stop) for name in headers}
+        return {
+            name: _npz_rows(archive, members[name], *headers[name], start, stop) for name in headers
+        }
 
     return CalibrationSource(path, inputs, count, read)
 
@@ -156,17 +174,25 @@ def _npz_header(path: Path, archive: zipfile.ZipFile, member: str):
     with archive.open(member) as f:
         try:
             version = np.lib.format.read_magic(f)
-            read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+            read_header = (
+                np.lib.format.read_array_header_1_0
+                if version == (1, 0)
+                else np.lib.format.read_array_header_2_0
+            )
             shape, fortran, dtype = read_header(f)
         except ValueError as exc:
-            raise QuantizeError(path, f"member {member} is not a numpy array ({_reason(exc)})") from None
+            raise InputError(
+                path, f"member {member} is not a numpy array ({_reason(exc)})"
+            ) from None
         offset = f.tell()
     if dtype.hasobject:
-        raise QuantizeError(path, f"member {member} holds Python objects, not a numeric array")
+        raise InputError(path, f"member {member} holds Python objects, not a numeric array")
     if fortran and len(shape) > 1:
-        raise QuantizeError(path, f"member {member} is stored in Fortran order; save it C-contiguous to stream it")
+        raise InputError(
+            path, f"member {member} is stored in Fortran order; save it C-contiguous to stream it"
+        )
     if not shape:
-        raise QuantizeError(path, f"member {member} is a scalar, not an array of samples")
+        raise InputError(path, f"member {member} is a scalar, not an array of samples")
     return shape, dtype, offset
 
 
@@ -185,7 +211,7 @@ def _hdf5(path: Path, inputs: list[InputSpec], dataset: str | None) -> Calibrati
     try:
         handle = h5py.File(path, "r")
     except OSError as exc:
-        raise QuantizeError(path, f"not a readable HDF5 file ({_reason(exc)})") from None
+        raise InputError(path, f"not a readable HDF5 file ({_reason(exc)})") from None
     if dataset is not None:
         names = {_single_input(path, inputs, f"'{path}:{dataset}'").name: dataset}
     else:
@@ -195,24 +221,33 @@ def _hdf5(path: Path, inputs: list[InputSpec], dataset: str | None) -> Calibrati
         node = handle.get(key)
         if not isinstance(node, h5py.Dataset):
             present = ", ".join(k for k in handle.keys()) or "none"
-            raise QuantizeError(path, f"no dataset '{key}' for model input '{input_name}'; datasets present: {present}")
+            raise InputError(
+                path,
+                f"no dataset '{key}' for model input '{input_name}'; datasets present: {present}",
+            )
         datasets[input_name] = node
     for spec in inputs:
         _check_rank(path, spec, datasets[spec.name].shape, datasets[spec.name].dtype)
     count = _common_count(path, {n: d.shape[0] for n, d in datasets.items()})
-    return CalibrationSource(path, inputs, count, lambda a, b: {n: d[a:b] for n, d in datasets.items()})
+    return CalibrationSource(
+        path, inputs, count, lambda a, b: {n: d[a:b] for n, d in datasets.items()}
+    )
 
 
 def _image_dir(path: Path, inputs: list[InputSpec], prep: ImagePreprocess) -> CalibrationSource:
     spec = _single_input(path, inputs, "an image directory")
     files = sorted(p for p in path.iterdir() if p.suffix.lower() in IMAGE_SUFFIXES)
     if len(spec.shape) != 4:
-        raise QuantizeError(path, f"images need a 4-D model input; '{spec.name}' has shape {spec.shape}")
+        raise InputError(
+            path, f"images need a 4-D model input; '{spec.name}' has shape {spec.shape}"
+        )
     channel_axis = 1 if (prep.layout or _layout_of(path, spec)) == "NCHW" else 3
     spatial = [d for i, d in enumerate(spec.shape[1:], 1) if i != channel_axis]
     size = prep.size or (tuple(spatial) if None not in spatial else None)
     if size is None:
-        raise QuantizeError(path, f"model input '{spec.name}' has dynamic height/width; give --image-size")
+        raise InputError(
+            path, f"model input '{spec.name}' has dynamic height/width; give --image-size"
+        )
     channels = spec.shape[channel_axis] or (3 if prep.color == "RGB" else 1)
 
     def read(start: int, stop: int) -> dict[str, np.ndarray]:
@@ -229,49 +264,76 @@ def _layout_of(path: Path, spec: InputSpec) -> str:
         return "NCHW" if channels_first else "NHWC"
     if spec.shape[1] is None and spec.shape[3] is None:
         return "NHWC"
-    raise QuantizeError(path, f"cannot tell the channel axis of model input '{spec.name}' {_shape_text(spec.shape)}; give --layout NCHW or NHWC")
+    raise InputError(
+        path,
+        f"cannot tell the channel axis of model input '{spec.name}' {_shape_text(spec.shape)}; give --layout NCHW or NHWC",
+    )
 
 
-def _load_image(file: Path, size: tuple[int, int], channels: int, prep: ImagePreprocess) -> np.ndarray:
+def _load_image(
+    file: Path, size: tuple[int, int], channels: int, prep: ImagePreprocess
+) -> np.ndarray:
     from PIL import Image, UnidentifiedImageError
 
     try:
         with Image.open(file) as img:
-            img = img.convert("RGB" if channels == 3 else "L").resize((size[1], size[0]), Image.BILINEAR)
+            img = img.convert("RGB" if channels == 3 else "L").resize(
+                (size[1], size[0]), Image.BILINEAR
+            )
             pixels = np.asarray(img, np.float32).reshape(size[0], size[1], channels)
     except (UnidentifiedImageError, OSError) as exc:
-        raise QuantizeError(file, f"not a readable image ({_reason(exc)})") from None
+        raise InputError(file, f"not a readable image ({_reason(exc)})") from None
     if prep.color == "BGR" and channels == 3:
         pixels = pixels[..., ::-1]
-    mean, std = np.asarray(prep.mean[:channels], np.float32), np.asarray(prep.std[:channels], np.float32)
+    mean, std = (
+        np.asarray(prep.mean[:channels], np.float32),
+        np.asarray(prep.std[:channels], np.float32),
+    )
     return (pixels * np.float32(prep.scale) - mean) / std
 
 
 def _check_rank(path: Path, spec: InputSpec, shape: tuple, dtype: np.dtype) -> None:
     if np.dtype(dtype).kind not in "biuf":
-        raise QuantizeError(path, f"input '{spec.name}': data of dtype {dtype} is not numeric")
+        raise InputError(path, f"input '{spec.name}': data of dtype {dtype} is not numeric")
     if len(shape) != len(spec.shape):
-        raise QuantizeError(path, f"input '{spec.name}': data has shape (samples, ...) = {tuple(shape)}, model expects rank {len(spec.shape)} {_shape_text(spec.shape)}")
+        raise InputError(
+            path,
+            f"input '{spec.name}': data has shape (samples, ...) = {tuple(shape)}, model expects rank {len(spec.shape)} {_shape_text(spec.shape)}",
+        )
 
 
 def _conform(path: Path, spec: InputSpec, array: np.ndarray, first: int) -> np.ndarray:
     for axis, (want, got) in enumerate(zip(spec.shape[1:], array.shape[1:]), 1):
         if want is not None and want != got:
-            raise QuantizeError(path, f"input '{spec.name}': data shape {(None, *array.shape[1:])} does not match the model's {_shape_text(spec.shape)} on axis {axis}")
+            raise InputError(
+                path,
+                f"input '{spec.name}': data shape {(None, *array.shape[1:])} does not match the model's {_shape_text(spec.shape)} on axis {axis}",
+            )
     model_kind, data_kind = spec.dtype.kind, array.dtype.kind
-    if model_kind == "f" and data_kind not in "fiu" or model_kind in "iub" and data_kind not in "iub":
-        raise QuantizeError(path, f"input '{spec.name}': data dtype {array.dtype} does not match the model's {spec.dtype}")
+    if (
+        model_kind == "f"
+        and data_kind not in "fiu"
+        or model_kind in "iub"
+        and data_kind not in "iub"
+    ):
+        raise InputError(
+            path,
+            f"input '{spec.name}': data dtype {array.dtype} does not match the model's {spec.dtype}",
+        )
     if model_kind == "f" and data_kind == "f":
         bad = ~np.isfinite(array.reshape(len(array), -1)).all(axis=1)
         if bad.any():
-            raise QuantizeError(path, f"input '{spec.name}': sample {first + int(np.argmax(bad))} contains NaN or Inf")
+            raise InputError(
+                path,
+                f"input '{spec.name}': sample {first + int(np.argmax(bad))} contains NaN or Inf",
+            )
     return np.ascontiguousarray(array, dtype=spec.dtype)
 
 
 def _common_count(path: Path, counts: dict[str, int]) -> int:
     if len(set(counts.values())) > 1:
         detail = ", ".join(f"{n}: {c}" for n, c in counts.items())
-        raise QuantizeError(path, f"inputs have different sample counts ({detail})")
+        raise InputError(path, f"inputs have different sample counts ({detail})")
     return next(iter(counts.values()))
 
 

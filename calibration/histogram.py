@@ -46,7 +46,10 @@ class StreamingHistogram:
             self.beyond += int(flat.size - np.count_nonzero(within))
             finite = flat[np.isfinite(flat)]
             if finite.size:
-                self.min, self.max = min(self.min, float(finite.min())), max(self.max, float(finite.max()))
+                self.min, self.max = (
+                    min(self.min, float(finite.min())),
+                    max(self.max, float(finite.max())),
+                )
             flat = flat[within]
         if flat.size == 0:
             return
@@ -61,12 +64,16 @@ class StreamingHistogram:
         # float32 halves the memory traffic of the hot loop. Written as (x/limit + 1) * bins/2,
         # 0 maps exactly to the centre bin (bins/2), which doubling keeps in place: the methods
         # rely on exact zeros being counted there.
-        index = ((flat * np.float32(1 / self.limit) + np.float32(1)) * np.float32(self.bins // 2)).astype(np.int64)
+        index = (
+            (flat * np.float32(1 / self.limit) + np.float32(1)) * np.float32(self.bins // 2)
+        ).astype(np.int64)
         np.clip(index, 0, self.bins - 1, out=index)
         self.counts += np.bincount(index, minlength=self.bins)
 
     def _double(self) -> None:
         merged = self.counts.reshape(-1, 2).sum(axis=1)
         quarter = self.bins // 4
-        self.counts = np.concatenate([np.zeros(quarter, np.int64), merged, np.zeros(quarter, np.int64)])
+        self.counts = np.concatenate(
+            [np.zeros(quarter, np.int64), merged, np.zeros(quarter, np.int64)]
+        )
         self.limit *= 2

@@ -1,8 +1,12 @@
 """Range selection: from an activation's histogram to the [lo, hi] that uint8 will cover.
 
-Every method returns a range that contains 0, so that zero is exactly representable (the
-zero point) and ReLU-like clamping at 0 is exact.
+A method is a small frozen object (`MinMax()`, `Percentile(99.999)`, `Entropy()`, `Mse()`)
+whose `range(histogram)` gives the raw range; `choose_range` widens it to contain 0, so that
+zero is exactly representable (the zero point) and ReLU-like clamping at 0 is exact.
 """
+
+from dataclasses import asdict, dataclass
+from typing import ClassVar
 
 import numpy as np
 
@@ -42,7 +46,9 @@ def entropy(h: StreamingHistogram) -> tuple[float, float]:
         return 0.0, min(h.max, _kl_threshold(positive, UINT8_LEVELS) * width)
     negative = h.counts[:half][::-1]
     levels = UINT8_LEVELS // 2
-    return max(h.min, -_kl_threshold(negative, levels) * width), min(h.max, _kl_threshold(positive, levels) * width)
+    return max(h.min, -_kl_threshold(negative, levels) * width), min(
+        h.max, _kl_threshold(positive, levels) * width
+    )
 
 
 def _kl_threshold(magnitude: np.ndarray, levels: int) -> int:
@@ -88,9 +94,65 @@ def mse(h: StreamingHistogram) -> tuple[float, float]:
     return best * lo, best * hi
 
 
-METHODS = {"minmax": minmax, "percentile": percentile, "entropy": entropy, "mse": mse}
+@dataclass(frozen=True)
+class MinMax:
+    name: ClassVar[str] = "minmax"
+
+    def range(self, h: StreamingHistogram) -> tuple[float, float]:
+        return minmax(h)
 
 
-def choose_range(h: StreamingHistogram, method: str, percent: float = 99.999) -> tuple[float, float]:
-    lo, hi = percentile(h, percent) if method == "percentile" else METHODS[method](h)
+@dataclass(frozen=True)
+class Percentile:
+    percent: float = 99.999
+    name: ClassVar[str] = "percentile"
+
+    def __post_init__(self):
+        if not 0 < self.percent <= 100:
+            raise ValueError("percentile must be in (0, 100]")
+
+    def range(self, h: StreamingHistogram) -> tuple[float, float]:
+        return percentile(h, self.percent)
+
+
+@dataclass(frozen=True)
+class Entropy:
+    name: ClassVar[str] = "entropy"
+
+    def range(self, h: StreamingHistogram) -> tuple[float, float]:
+        return entropy(h)
+
+
+@dataclass(frozen=True)
+class Mse:
+    name: ClassVar[str] = "mse"
+
+    def range(self, h: StreamingHistogram) -> tuple[float, float]:
+        return mse(h)
+
+
+RangeMethod = MinMax | Percentile | Entropy | Mse
+METHODS: dict[str, type] = {m.name: m for m in (MinMax, Percentile, Entropy, Mse)}
+
+
+def method_to_dict(method: RangeMethod) -> dict:
+    return {"name": method.name, **asdict(method)}
+
+
+def method_from_dict(data: dict) -> RangeMethod:
+    """The method `method_to_dict` wrote; ValueError for an unknown name or parameter."""
+    fields = dict(data)
+    name = fields.pop("name", None)
+    if name not in METHODS:
+        raise ValueError(f"unknown calibration method {name!r}; choose from {', '.join(METHODS)}")
+    try:
+        return METHODS[name](**fields)
+    except TypeError:
+        raise ValueError(
+            f"calibration method {name} takes no parameters {sorted(fields)}"
+        ) from None
+
+
+def choose_range(h: StreamingHistogram, method: RangeMethod) -> tuple[float, float]:
+    lo, hi = method.range(h)
     return min(float(lo), 0.0), max(float(hi), 0.0)

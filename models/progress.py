@@ -9,7 +9,12 @@ import keras
 class TrainingProgress(keras.callbacks.Callback):
     def __init__(self, epochs: int, steps_per_epoch: int, log=print, every_seconds: float = 30.0):
         super().__init__()
-        self.total, self.steps_per_epoch, self.log, self.every = epochs * steps_per_epoch, steps_per_epoch, log, every_seconds
+        self.total, self.steps_per_epoch, self.log, self.every = (
+            epochs * steps_per_epoch,
+            steps_per_epoch,
+            log,
+            every_seconds,
+        )
         self.epoch, self.done = 0, 0
 
     def on_train_begin(self, logs=None):
@@ -25,5 +30,7 @@ class TrainingProgress(keras.callbacks.Callback):
             self.last = now
             eta = (now - self.start) / self.done * (self.total - self.done)
             loss = f", loss {logs['loss']:.4f}" if logs and "loss" in logs else ""
-            self.log(f"training: step {self.done}/{self.total} ({100 * self.done / self.total:.0f} %){loss}, "
-                     f"about {eta / 60:.0f} min left")
+            self.log(
+                f"training: step {self.done}/{self.total} ({100 * self.done / self.total:.0f} %){loss}, "
+                f"about {eta / 60:.0f} min left"
+            )

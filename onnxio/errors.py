@@ -1,8 +1,8 @@
 """The one exception type users see: a message naming the file and what is wrong."""
 
 
-class QuantizeError(Exception):
-    """A problem with the user's input; the CLI prints it as one line and exits non-zero."""
+class InputError(Exception):
+    """A problem with the user's input; a command prints it as one line and exits non-zero."""
 
     def __init__(self, path, problem: str):
         self.path = str(path)

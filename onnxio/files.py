@@ -1,10 +1,32 @@
-"""Saving ONNX models of any size: past protobuf's 2 GB limit, weights go to external data."""
+"""Atomic file output, and saving ONNX models of any size: past protobuf's 2 GB limit,
+weights go to external data."""
 
 import os
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 import onnx
+
+
+@contextmanager
+def atomic_path(target: Path):
+    """Yield a temporary path in the target's directory; on success it replaces `target`."""
+    target = Path(target)
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def write_text(target: Path, text: str) -> None:
+    with atomic_path(target) as tmp:
+        tmp.write_text(text, encoding="utf-8")
+
 
 # Protobuf cannot serialize a message of 2 GiB or more; leave room for the graph itself.
 PROTOBUF_LIMIT = 2**31 - 2**26
@@ -25,9 +47,17 @@ def save_model(model: onnx.ModelProto, target: Path) -> None:
         staged = Path(tmp) / target.name
         if is_large(model):
             data_name = f"{target.name}.data"
-            detached = onnx.ModelProto()  # onnx.save would move the caller's weights out of its model
+            detached = (
+                onnx.ModelProto()
+            )  # onnx.save would move the caller's weights out of its model
             detached.CopyFrom(model)
-            onnx.save(detached, str(staged), save_as_external_data=True, all_tensors_to_one_file=True, location=data_name)
+            onnx.save(
+                detached,
+                str(staged),
+                save_as_external_data=True,
+                all_tensors_to_one_file=True,
+                location=data_name,
+            )
             os.replace(Path(tmp) / data_name, target.parent / data_name)
         else:
             onnx.save(model, str(staged))

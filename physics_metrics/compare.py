@@ -32,7 +32,9 @@ EDGES = {
     "sampling_fraction": np.linspace(0, 0.1, 201),
     "total_energy_over_centre": np.linspace(0, 0.1, 201),  # total energy / bin centre: SF-like
     **{f"m1_{a}": np.linspace(0, CELLS, 51) for a in AXES},
-    **{f"m2_{a}": np.geomspace(0.1, 150, 81) for a in AXES},  # the widest possible spread is 144 (two cells 24 apart)
+    **{
+        f"m2_{a}": np.geomspace(0.1, 150, 81) for a in AXES
+    },  # the widest possible spread is 144 (two cells 24 apart)
     **{f"hottest_{a}": np.arange(-0.5, CELLS + 0.5) for a in AXES},
     "hits": np.arange(0, CELLS**3 + 100, 100),
     "cell_log10_energy": np.linspace(np.log10(CELL_FLOOR_GEV), 1, 71),
@@ -52,9 +54,11 @@ class _BinAccumulator:
 
     centre: float
     count: int = 0
-    halves: dict = field(default_factory=dict)  # feature -> counts (2, bins) of the even- and odd-numbered showers
+    halves: dict = field(
+        default_factory=dict
+    )  # feature -> counts (2, bins) of the even- and odd-numbered showers
     profiles: dict = field(default_factory=lambda: {a: np.zeros(CELLS) for a in AXES})
-    sums: dict = field(default_factory=lambda: {name: 0.0 for name in [*MOMENTS, "sampling_fraction"]})
+    sums: dict = field(default_factory=lambda: dict.fromkeys([*MOMENTS, "sampling_fraction"], 0.0))
 
     def add(self, showers: np.ndarray, energies: np.ndarray, odd: np.ndarray) -> None:
         """`odd`: whether each shower's row in its file is odd-numbered (the half it counts in)."""
@@ -63,7 +67,11 @@ class _BinAccumulator:
         for name, values in features.items():
             self._count(name, values, odd)
         hit = showers > CELL_FLOOR_GEV
-        self._count("cell_log10_energy", np.log10(showers[hit]), np.broadcast_to(odd[:, None, None, None], hit.shape)[hit])
+        self._count(
+            "cell_log10_energy",
+            np.log10(showers[hit]),
+            np.broadcast_to(odd[:, None, None, None], hit.shape)[hit],
+        )
         for axis, profile in projections(showers).items():
             self.profiles[axis] += profile.sum(axis=0)
         for name in self.sums:
@@ -105,8 +113,12 @@ class Comparison:
     max_separation_infinite_n: dict  # the same, each S extrapolated to infinitely many showers
 
     def to_dict(self) -> dict:
-        return {"bins": self.bins, "combined_3dgan": self.combined_3dgan, "max_separation": self.max_separation,
-                "max_separation_infinite_n": self.max_separation_infinite_n}
+        return {
+            "bins": self.bins,
+            "combined_3dgan": self.combined_3dgan,
+            "max_separation": self.max_separation,
+            "max_separation_infinite_n": self.max_separation_infinite_n,
+        }
 
 
 def extrapolated_separation(reference_halves: np.ndarray, generated_halves: np.ndarray) -> float:
@@ -118,7 +130,13 @@ def extrapolated_separation(reference_halves: np.ndarray, generated_halves: np.n
     return float(2 * whole - half)
 
 
-def compare(reference: Showers, generated: Showers, centres=DEFAULT_BINS_GEV, half_width: float = HALF_WIDTH_GEV, chunk: int = 500) -> Comparison:
+def compare(
+    reference: Showers,
+    generated: Showers,
+    centres=DEFAULT_BINS_GEV,
+    half_width: float = HALF_WIDTH_GEV,
+    chunk: int = 500,
+) -> Comparison:
     ref_bins = _accumulate(reference, centres, half_width, chunk)
     gen_bins = _accumulate(generated, centres, half_width, chunk)
     rows, metric_terms = [], []
@@ -126,23 +144,59 @@ def compare(reference: Showers, generated: Showers, centres=DEFAULT_BINS_GEV, ha
         if not ref.count or not gen.count:
             continue
         ref_counts, gen_counts = ref.histograms, gen.histograms
-        separation = {name: separation_power(ref_counts[name], gen_counts[name]) for name in ref_counts}
-        shapes = {a: (ref.profiles[a] / ref.profiles[a].sum(), gen.profiles[a] / gen.profiles[a].sum()) for a in AXES}
+        separation = {
+            name: separation_power(ref_counts[name], gen_counts[name]) for name in ref_counts
+        }
+        shapes = {
+            a: (ref.profiles[a] / ref.profiles[a].sum(), gen.profiles[a] / gen.profiles[a].sum())
+            for a in AXES
+        }
         separation.update({f"profile_{a}": separation_power(*shapes[a]) for a in AXES})
-        moment_error = sum(abs(gen.mean(m) - ref.mean(m)) / max(abs(ref.mean(m)), 1e-12) for m in MOMENTS)
-        profile_error = sum(float(np.mean(np.abs(g - r)[r > 0] / r[r > 0])) for r, g in shapes.values())
+        moment_error = sum(
+            abs(gen.mean(m) - ref.mean(m)) / max(abs(ref.mean(m)), 1e-12) for m in MOMENTS
+        )
+        profile_error = sum(
+            float(np.mean(np.abs(g - r)[r > 0] / r[r > 0])) for r, g in shapes.values()
+        )
         metric_terms.append(moment_error + profile_error)
-        rows.append({
-            "energy_gev": ref.centre, "showers_reference": ref.count, "showers_generated": gen.count,
-            "sampling_fraction_reference": ref.mean("sampling_fraction"), "sampling_fraction_generated": gen.mean("sampling_fraction"),
-            "sampling_fraction_shift": gen.mean("sampling_fraction") / ref.mean("sampling_fraction") - 1,
-            "separation": separation,
-            "separation_infinite_n": {name: extrapolated_separation(ref.halves[name], gen.halves[name]) for name in ref.halves},
-            "profiles": {a: {"reference": shapes[a][0].tolist(), "generated": shapes[a][1].tolist()} for a in AXES},
-            "histograms": {name: {"reference": ref_counts[name].tolist(), "generated": gen_counts[name].tolist()} for name in ref_counts},
-            "combined_3dgan": moment_error + profile_error,
-        })
+        rows.append(
+            {
+                "energy_gev": ref.centre,
+                "showers_reference": ref.count,
+                "showers_generated": gen.count,
+                "sampling_fraction_reference": ref.mean("sampling_fraction"),
+                "sampling_fraction_generated": gen.mean("sampling_fraction"),
+                "sampling_fraction_shift": gen.mean("sampling_fraction")
+                / ref.mean("sampling_fraction")
+                - 1,
+                "separation": separation,
+                "separation_infinite_n": {
+                    name: extrapolated_separation(ref.halves[name], gen.halves[name])
+                    for name in ref.halves
+                },
+                "profiles": {
+                    a: {"reference": shapes[a][0].tolist(), "generated": shapes[a][1].tolist()}
+                    for a in AXES
+                },
+                "histograms": {
+                    name: {
+                        "reference": ref_counts[name].tolist(),
+                        "generated": gen_counts[name].tolist(),
+                    }
+                    for name in ref_counts
+                },
+                "combined_3dgan": moment_error + profile_error,
+            }
+        )
     features = rows[0]["separation"].keys() if rows else []
     max_separation = {f: max(r["separation"][f] for r in rows) for f in features}
-    extrapolated = {f: max(r["separation_infinite_n"][f] for r in rows) for f in (rows[0]["separation_infinite_n"] if rows else [])}
-    return Comparison(rows, float(np.mean(metric_terms)) if metric_terms else float("nan"), max_separation, extrapolated)
+    extrapolated = {
+        f: max(r["separation_infinite_n"][f] for r in rows)
+        for f in (rows[0]["separation_infinite_n"] if rows else [])
+    }
+    return Comparison(
+        rows,
+        float(np.mean(metric_terms)) if metric_terms else float("nan"),
+        max_separation,
+        extrapolated,
+    )

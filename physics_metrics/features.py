@@ -9,7 +9,11 @@ AXES = ("x", "y", "z")  # z is the layer (depth) axis
 
 def projections(showers: np.ndarray) -> dict[str, np.ndarray]:
     """S_x, S_y, S_z: energy per slice along each axis, (N, 25) each."""
-    return {"x": showers.sum(axis=(2, 3)), "y": showers.sum(axis=(1, 3)), "z": showers.sum(axis=(1, 2))}
+    return {
+        "x": showers.sum(axis=(2, 3)),
+        "y": showers.sum(axis=(1, 3)),
+        "z": showers.sum(axis=(1, 2)),
+    }
 
 
 def shower_features(showers: np.ndarray, energies: np.ndarray) -> dict[str, np.ndarray]:
@@ -21,9 +25,13 @@ def shower_features(showers: np.ndarray, energies: np.ndarray) -> dict[str, np.n
     for axis, profile in projections(showers).items():
         m1 = profile @ index / safe_total
         features[f"m1_{axis}"] = m1
-        features[f"m2_{axis}"] = np.sum(profile * (index[None, :] - m1[:, None]) ** 2, axis=1) / safe_total
+        features[f"m2_{axis}"] = (
+            np.sum(profile * (index[None, :] - m1[:, None]) ** 2, axis=1) / safe_total
+        )
     hottest = np.unravel_index(showers.reshape(len(showers), -1).argmax(axis=1), showers.shape[1:])
     for axis, position in zip(AXES, hottest):
         features[f"hottest_{axis}"] = position.astype(np.float64)
-    features["hits"] = np.count_nonzero(showers > HIT_THRESHOLD_GEV, axis=(1, 2, 3)).astype(np.float64)
+    features["hits"] = np.count_nonzero(showers > HIT_THRESHOLD_GEV, axis=(1, 2, 3)).astype(
+        np.float64
+    )
     return features

@@ -1,24 +1,27 @@
 """quantize: post-training INT8 quantization for CPU inference with ONNX Runtime.
 
-    from quantize import QuantConfig, quantize_
-    result = quantize_("model.onnx", "calib.npz", QuantConfig(method="entropy"))
-    onnx.save(result.model, "model.int8.onnx")
+from quantize import Recipe, quantize
+result = quantize("model.onnx", "calib.npz", Recipe.cnn())
+onnxio.save_model(result.model, "model.int8.onnx")
 """
 
-_PUBLIC = {
-    "QuantConfig": "quantize.config",
-    "QuantizeError": "quantize.errors",
-    "QuantizeResult": "quantize.pipeline",
-    "fall_back": "quantize.fallback",
-    "quantize_": "quantize.pipeline",
-}
-__all__ = list(_PUBLIC)
+from calibration import Entropy, MinMax, Mse, Percentile
+from onnxio import InputError
+from quantize.fallback import fall_back
+from quantize.pipeline import QuantizeResult, quantize
+from quantize.recipe import NodeOverrides, Recipe, RunOptions, SmoothQuant
 
-
-def __getattr__(name: str):
-    # Lazy, so that `calibration` can use `quantize.errors` without an import cycle.
-    if name in _PUBLIC:
-        import importlib
-
-        return getattr(importlib.import_module(_PUBLIC[name]), name)
-    raise AttributeError(f"module 'quantize' has no attribute {name!r}")
+__all__ = [
+    "Entropy",
+    "InputError",
+    "MinMax",
+    "Mse",
+    "NodeOverrides",
+    "Percentile",
+    "QuantizeResult",
+    "Recipe",
+    "RunOptions",
+    "SmoothQuant",
+    "fall_back",
+    "quantize",
+]

@@ -32,12 +32,16 @@ class BatcherConfig:
 
     def __post_init__(self):
         if min(self.token_budget, self.max_batch, self.streams, self.cores_per_stream or 1) < 1:
-            raise ValueError("token_budget, max_batch, streams and cores_per_stream must be at least 1")
+            raise ValueError(
+                "token_budget, max_batch, streams and cores_per_stream must be at least 1"
+            )
         if not 0 <= self.max_padding < 1:
             raise ValueError("max_padding must be in [0, 1)")
 
 
-def pack(lengths: Sequence[int], token_budget: int, max_batch: int, max_padding: float = 0.1) -> list[list[int]]:
+def pack(
+    lengths: Sequence[int], token_budget: int, max_batch: int, max_padding: float = 0.1
+) -> list[list[int]]:
     """Indices grouped into batches of similar length, longest batches first: a batch closes
     when the next request would break the token budget, the batch size or the padding share."""
     if any(n < 1 for n in lengths):
@@ -47,7 +51,11 @@ def pack(lengths: Sequence[int], token_budget: int, max_batch: int, max_padding:
     for i in order:
         if current:
             padded = (len(current) + 1) * lengths[current[0]]
-            if padded > token_budget or len(current) == max_batch or 1 - (tokens + lengths[i]) / padded > max_padding:
+            if (
+                padded > token_budget
+                or len(current) == max_batch
+                or 1 - (tokens + lengths[i]) / padded > max_padding
+            ):
                 batches.append(current)
                 current, tokens = [], 0
         current.append(i)
@@ -67,8 +75,10 @@ def core_groups(streams: int, cores_per_stream: int | None = None) -> list[tuple
     cores = sorted(os.sched_getaffinity(0))
     per = cores_per_stream or max(1, len(cores) // streams)
     if streams * per > len(cores):
-        raise ValueError(f"{streams} streams x {per} cores need more than the {len(cores)} cores available")
-    return [tuple(cores[s * per:(s + 1) * per]) for s in range(streams)]
+        raise ValueError(
+            f"{streams} streams x {per} cores need more than the {len(cores)} cores available"
+        )
+    return [tuple(cores[s * per : (s + 1) * per]) for s in range(streams)]
 
 
 class StreamPool:
@@ -78,11 +88,20 @@ class StreamPool:
     Workers are forked, so `make_runner` may be any callable (a closure too); requests and
     results travel between processes by pickling."""
 
-    def __init__(self, make_runner: Callable[[int], RunBatch], streams: int = 1, cores_per_stream: int | None = None):
+    def __init__(
+        self,
+        make_runner: Callable[[int], RunBatch],
+        streams: int = 1,
+        cores_per_stream: int | None = None,
+    ):
         context = multiprocessing.get_context("fork")
         self._tasks, self._results = context.Queue(), context.Queue()
-        self._workers = [context.Process(target=_serve, args=(cores, make_runner, self._tasks, self._results), daemon=True)
-                         for cores in core_groups(streams, cores_per_stream)]
+        self._workers = [
+            context.Process(
+                target=_serve, args=(cores, make_runner, self._tasks, self._results), daemon=True
+            )
+            for cores in core_groups(streams, cores_per_stream)
+        ]
         for worker in self._workers:
             worker.start()
         try:
@@ -94,12 +113,18 @@ class StreamPool:
             self._terminate()
             raise
 
-    def run(self, requests: Sequence[Any], batches: list[list[int]],
-            progress: Callable[[int, int], None] = lambda done, total: None) -> list:
+    def run(
+        self,
+        requests: Sequence[Any],
+        batches: list[list[int]],
+        progress: Callable[[int, int], None] = lambda done, total: None,
+    ) -> list:
         """Results of `batches` of `requests`, in input order; a failing batch raises here and
         closes the pool (its streams may still hold queued batches of this run)."""
         if not self._workers:
-            raise RuntimeError("this StreamPool is closed (by close() or a failed run): make a new one")
+            raise RuntimeError(
+                "this StreamPool is closed (by close() or a failed run): make a new one"
+            )
         for number, batch in enumerate(batches):
             self._tasks.put((number, [requests[i] for i in batch]))
         results: list = [None] * len(requests)
@@ -112,7 +137,9 @@ class StreamPool:
                 outputs = pickle.loads(outputs)
                 batch = batches[number]
                 if len(outputs) != len(batch):
-                    raise RuntimeError(f"a batch of {len(batch)} requests gave {len(outputs)} results")
+                    raise RuntimeError(
+                        f"a batch of {len(batch)} requests gave {len(outputs)} results"
+                    )
                 for i, out in zip(batch, outputs):
                     results[i] = out
                 done += len(batch)
@@ -181,16 +208,28 @@ def _picklable(exc: BaseException) -> BaseException:
         return RuntimeError(f"{type(exc).__name__}: {exc}")
 
 
-def run_batches(requests: Sequence[Any], batches: list[list[int]], make_runner: Callable[[int], RunBatch],
-                streams: int = 1, cores_per_stream: int | None = None,
-                progress: Callable[[int, int], None] = lambda done, total: None) -> list:
+def run_batches(
+    requests: Sequence[Any],
+    batches: list[list[int]],
+    make_runner: Callable[[int], RunBatch],
+    streams: int = 1,
+    cores_per_stream: int | None = None,
+    progress: Callable[[int, int], None] = lambda done, total: None,
+) -> list:
     """Run `batches` of `requests` on a fresh pool of `streams` pinned streams; results in input order."""
     with StreamPool(make_runner, streams, cores_per_stream) as pool:
         return pool.run(requests, batches, progress)
 
 
-def run_packed(requests: Sequence[Any], lengths: Sequence[int], make_runner: Callable[[int], RunBatch],
-               config: BatcherConfig = BatcherConfig(), progress: Callable[[int, int], None] = lambda done, total: None) -> list:
+def run_packed(
+    requests: Sequence[Any],
+    lengths: Sequence[int],
+    make_runner: Callable[[int], RunBatch],
+    config: BatcherConfig = BatcherConfig(),
+    progress: Callable[[int, int], None] = lambda done, total: None,
+) -> list:
     """Pack `requests` by `lengths` under the budget and run them on the configured streams."""
     batches = pack(lengths, config.token_budget, config.max_batch, config.max_padding)
-    return run_batches(requests, batches, make_runner, config.streams, config.cores_per_stream, progress)
+    return run_batches(
+        requests, batches, make_runner, config.streams, config.cores_per_stream, progress
+    )

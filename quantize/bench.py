@@ -7,22 +7,34 @@ caches the previous model evicted.
 """
 
 import time
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
 
 from quantize.runtime import session
 
 
-def compare_sessions(models: dict[str, object], feeds: dict[str, np.ndarray], threads: int = 0, min_seconds: float = 3.0,
-                     rounds: int = 4, min_block: int = 3) -> dict[str, dict]:
+def compare_sessions(
+    models: dict[str, object],
+    feeds: dict[str, np.ndarray],
+    threads: int = 0,
+    min_seconds: float = 3.0,
+    rounds: int = 4,
+    min_block: int = 3,
+) -> dict[str, dict]:
     """ONNX Runtime sessions of each model (in memory or a path) over the same `feeds`."""
     sessions = {name: session(model, threads) for name, model in models.items()}
     calls = {name: (lambda s=s: s.run(None, feeds)) for name, s in sessions.items()}
     return compare(calls, len(next(iter(feeds.values()))), min_seconds, rounds, min_block)
 
 
-def compare(calls: dict[str, Callable[[], object]], batch: int, min_seconds: float = 3.0, rounds: int = 4, min_block: int = 3) -> dict[str, dict]:
+def compare(
+    calls: dict[str, Callable[[], object]],
+    batch: int,
+    min_seconds: float = 3.0,
+    rounds: int = 4,
+    min_block: int = 3,
+) -> dict[str, dict]:
     """Samples/s from the median latency of each call, and latency percentiles in ms."""
     latencies: dict[str, list[float]] = {name: [] for name in calls}
     block_seconds = min_seconds / rounds

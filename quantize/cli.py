@@ -1,52 +1,133 @@
-"""`quantize MODEL --calib DATA -o OUT`: the command line over `quantize_`."""
+"""`quantize MODEL --calib DATA -o OUT`: the command line over `quantize`."""
 
 import argparse
 import json
 import sys
 import warnings
+from dataclasses import replace
 from pathlib import Path
 
-from calibration import METHODS, ImagePreprocess
-from quantize.modelio import save_model
-from quantize.config import PRESETS, QuantConfig, preset_for
+from calibration import METHODS, ImagePreprocess, Percentile
+from onnxio import InputError, save_model
 from quantize.frontend import load_model
-from quantize.errors import QuantizeError
+from quantize.recipe import PRESETS, Recipe, RunOptions, preset, preset_for
 from quantize.target import TARGETS, host_target
 
 
 def parse_args(argv=None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="quantize", description="Post-training INT8 quantization of an FP32 model for CPU inference with ONNX Runtime.")
-    p.add_argument("model", type=Path, help=".onnx file, TensorFlow SavedModel directory, or Keras .keras/.h5 file")
-    p.add_argument("--calib", required=True, help=".npy, .npz (keys = input names), .h5 (datasets = input names, or FILE.h5:DATASET), or a directory of images")
-    p.add_argument("-o", "--output", type=Path, help="INT8 ONNX model to write (default: MODEL.int8.onnx beside MODEL)")
-    p.add_argument("--preset", choices=["auto", *PRESETS], default="auto",
-                   help="recipe: cnn (every op ORT runs in INT8), transformer (weight GEMMs in INT8, softmax, LayerNorm, residual "
-                   "Adds in FP32, SmoothQuant); auto picks transformer for graphs with attention, LayerNorm or embeddings (default)")
-    p.add_argument("--method", choices=sorted(METHODS), default=QuantConfig.method, help="activation range calibration (default: %(default)s)")
-    p.add_argument("--percentile", type=float, default=QuantConfig.percentile, help="for --method percentile (default: %(default)s)")
-    p.add_argument("--calib-samples", type=int, default=QuantConfig.calib_samples, help="calibration samples at most (default: %(default)s)")
-    p.add_argument("--batch-size", type=int, default=QuantConfig.batch_size, help="calibration batch (default: %(default)s)")
-    p.add_argument("--exclude", nargs="+", default=[], metavar="NAME_OR_OP", help="node names or op types to keep in FP32")
-    p.add_argument("--threads", type=int, default=0, help="ONNX Runtime intra-op threads (default: all cores)")
-    p.add_argument("--target", choices=["auto", *TARGETS], default=QuantConfig.target,
-                   help="the CPU's INT8 path to make the model for: avx2 (also AVX-512 without VNNI; int8 weights kept within "
-                   "+-64 so the saturating kernels stay exact), vnni, amx; auto = this machine (default: %(default)s)")
-    p.add_argument("--no-kernel-timing", action="store_true",
-                   help="do not time INT8 against FP32 per Conv/GEMM on this CPU: every node the policy chose is INT8, and the "
-                   "model does not depend on this machine's timings")
-    images = p.add_argument_group("image directory preprocessing (default: the model's stored recipe, else scale 1/255, RGB, the "
-                                   "layout whose channel axis has 1 or 3 entries)")
-    images.add_argument("--image-size", type=int, nargs="+", metavar="N", help="resize to N x N, or H W")
-    images.add_argument("--scale", type=float, help="multiply pixel values by this first (e.g. 0.00392)")
-    images.add_argument("--mean", type=float, nargs=3, help="per-channel mean subtracted after scaling")
+    p = argparse.ArgumentParser(
+        prog="quantize",
+        description="Post-training INT8 quantization of an FP32 model for CPU inference with ONNX Runtime.",
+    )
+    p.add_argument(
+        "model",
+        type=Path,
+        help=".onnx file, TensorFlow SavedModel directory, or Keras .keras/.h5 file",
+    )
+    p.add_argument(
+        "--calib",
+        required=True,
+        help=".npy, .npz (keys = input names), .h5 (datasets = input names, or FILE.h5:DATASET), or a directory of images",
+    )
+    p.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        help="INT8 ONNX model to write (default: MODEL.int8.onnx beside MODEL)",
+    )
+    p.add_argument(
+        "--preset",
+        choices=["auto", *PRESETS],
+        default="auto",
+        help="recipe: cnn (every op ORT runs in INT8), transformer (weight GEMMs in INT8, softmax, LayerNorm, residual "
+        "Adds in FP32, SmoothQuant), generator (output Conv FP32, the two before it widened: outputs spanning "
+        "decades); auto picks transformer for graphs with attention, LayerNorm or embeddings, else cnn (default)",
+    )
+    p.add_argument(
+        "--recipe-from",
+        type=Path,
+        metavar="INT8.onnx",
+        help="the recipe a model quantize made carries, instead of a preset",
+    )
+    p.add_argument(
+        "--method",
+        choices=sorted(METHODS),
+        help="activation range calibration (default: the recipe's, percentile)",
+    )
+    p.add_argument(
+        "--percentile",
+        type=float,
+        help=f"for --method percentile (default: {Percentile().percent})",
+    )
+    p.add_argument(
+        "--calib-samples",
+        type=int,
+        default=RunOptions.calib_samples,
+        help="calibration samples at most (default: %(default)s)",
+    )
+    p.add_argument(
+        "--batch-size",
+        type=int,
+        default=RunOptions.batch_size,
+        help="calibration batch (default: %(default)s)",
+    )
+    p.add_argument(
+        "--exclude",
+        nargs="+",
+        default=[],
+        metavar="NAME_OR_OP",
+        help="node names or op types to keep in FP32",
+    )
+    p.add_argument(
+        "--threads", type=int, default=0, help="ONNX Runtime intra-op threads (default: all cores)"
+    )
+    p.add_argument(
+        "--target",
+        choices=["auto", *TARGETS],
+        help="the CPU's INT8 path to make the model for: avx2 (also AVX-512 without VNNI; int8 weights kept within "
+        "+-64 so the saturating kernels stay exact), vnni, amx; auto = this machine (default: the recipe's, auto)",
+    )
+    p.add_argument(
+        "--no-kernel-timing",
+        action="store_true",
+        help="do not time INT8 against FP32 per Conv/GEMM on this CPU: every node the policy chose is INT8, and the "
+        "model does not depend on this machine's timings",
+    )
+    images = p.add_argument_group(
+        "image directory preprocessing (default: the model's stored recipe, else scale 1/255, RGB, the "
+        "layout whose channel axis has 1 or 3 entries)"
+    )
+    images.add_argument(
+        "--image-size", type=int, nargs="+", metavar="N", help="resize to N x N, or H W"
+    )
+    images.add_argument(
+        "--scale", type=float, help="multiply pixel values by this first (e.g. 0.00392)"
+    )
+    images.add_argument(
+        "--mean", type=float, nargs=3, help="per-channel mean subtracted after scaling"
+    )
     images.add_argument("--std", type=float, nargs=3, help="per-channel std divided after the mean")
     images.add_argument("--layout", choices=["NHWC", "NCHW"])
     images.add_argument("--bgr", action="store_true", help="feed channels in BGR order")
-    p.add_argument("--report", type=Path, metavar="FILE.html", help="also measure throughput and write a validation report (HTML + JSON beside it)")
-    p.add_argument("--evaluate", metavar="NAME", help="task metric for the report, e.g. resnet50 (top-1)")
-    p.add_argument("--max-drop", type=float, metavar="X", help="with --evaluate: send the nodes that cost most of the metric back "
-                   "to FP32 until INT8 is within X of FP32 (accuracy-driven fallback)")
-    p.add_argument("--json", action="store_true", help="print the summary (or report) as JSON on stdout")
+    p.add_argument(
+        "--report",
+        type=Path,
+        metavar="FILE.html",
+        help="also measure throughput and write a validation report (HTML + JSON beside it)",
+    )
+    p.add_argument(
+        "--evaluate", metavar="NAME", help="task metric for the report, e.g. resnet50 (top-1)"
+    )
+    p.add_argument(
+        "--max-drop",
+        type=float,
+        metavar="X",
+        help="with --evaluate: send the nodes that cost most of the metric back "
+        "to FP32 until INT8 is within X of FP32 (accuracy-driven fallback)",
+    )
+    p.add_argument(
+        "--json", action="store_true", help="print the summary (or report) as JSON on stdout"
+    )
     p.add_argument("--debug", action="store_true", help="show tracebacks of internal errors")
     return p.parse_args(argv)
 
@@ -56,7 +137,7 @@ def main(argv=None) -> int:
     warnings.formatwarning = lambda message, *_, **__: f"quantize: warning: {message}\n"
     try:
         return run(args)
-    except QuantizeError as exc:
+    except InputError as exc:
         print(f"quantize: error: {exc}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -65,7 +146,10 @@ def main(argv=None) -> int:
     except Exception as exc:
         if args.debug:
             raise
-        print(f"quantize: internal error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''} (rerun with --debug)", file=sys.stderr)
+        print(
+            f"quantize: internal error: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''} (rerun with --debug)",
+            file=sys.stderr,
+        )
         return 1
 
 
@@ -73,11 +157,10 @@ def run(args: argparse.Namespace) -> int:
     output = args.output or _default_output(args.model)
     _check_outputs(args, output)
     try:
-        preset = preset_for(load_model(args.model)) if args.preset == "auto" else args.preset
-        base = PRESETS[preset]()
-        config = PRESETS[preset](method=args.method, percentile=args.percentile, calib_samples=args.calib_samples,
-                                 batch_size=args.batch_size, exclude=(*base.exclude, *args.exclude), threads=args.threads,
-                                 target=args.target, time_kernels=not args.no_kernel_timing)
+        recipe, source = _recipe(args)
+        options = RunOptions(
+            calib_samples=args.calib_samples, batch_size=args.batch_size, threads=args.threads
+        )
         evaluator = None
         if args.max_drop is not None and not args.evaluate:
             raise ValueError("--max-drop needs --evaluate: the metric whose drop it bounds")
@@ -86,18 +169,18 @@ def run(args: argparse.Namespace) -> int:
 
             evaluator = get_evaluator(args.evaluate)
     except ValueError as exc:
-        raise QuantizeError("arguments", str(exc)) from None
+        raise InputError("arguments", str(exc)) from None
 
     from quantize import report
-    from quantize.pipeline import quantize_
+    from quantize.pipeline import quantize
 
     with _progress() as advance:
-        result = quantize_(args.model, args.calib, config, _image_preprocess(args), advance)
+        result = quantize(args.model, args.calib, recipe, options, _image_preprocess(args), advance)
     if args.max_drop is not None:
         result = _within_drop(result, evaluator, args.max_drop)
     save_model(result.model, output)
     summary = report.summarize(result)
-    summary["output"], summary["preset"] = str(output), preset
+    summary["output"], summary["preset"] = str(output), source
     if args.report is not None:
         summary = report.evaluate(summary, result, evaluator)
         report.write(summary, args.report)
@@ -110,14 +193,55 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _recipe(args: argparse.Namespace) -> tuple[Recipe, str]:
+    """The recipe the options ask for, and where it came from (a preset's name or a model)."""
+    if args.recipe_from is not None:
+        recipe, source = _carried_recipe(args.recipe_from), f"from {args.recipe_from}"
+    else:
+        model = load_model(args.model)
+        source = preset_for(model) if args.preset == "auto" else args.preset
+        recipe = preset(source, model)
+    changes = {}
+    if args.method is not None or args.percentile is not None:
+        method = args.method or "percentile"
+        changes["ranges"] = (
+            Percentile(args.percentile or Percentile().percent)
+            if method == "percentile"
+            else METHODS[method]()
+        )
+    if args.exclude:
+        changes["overrides"] = replace(
+            recipe.overrides, fp32=(*recipe.overrides.fp32, *args.exclude)
+        )
+    if args.target is not None:
+        changes["target"] = args.target
+    if args.no_kernel_timing:
+        changes["kernel_timing"] = False
+    return replace(recipe, **changes), source
+
+
+def _carried_recipe(path: Path) -> Recipe:
+    try:
+        return Recipe.from_model(load_model(path))
+    except ValueError as exc:
+        raise InputError(path, str(exc)) from None
+
+
 def _within_drop(result, evaluator, max_drop: float):
     from quantize.fallback import fall_back
 
     sign = 1 if evaluator.higher_is_better else -1
-    found = fall_back(result, lambda model: sign * evaluator.evaluate(model), sign * evaluator.evaluate(result.fp32_model) - max_drop)
+    found = fall_back(
+        result,
+        lambda model: sign * evaluator.evaluate(model),
+        sign * evaluator.evaluate(result.fp32_model) - max_drop,
+    )
     if not found.met:
-        print(f"quantize: warning: {evaluator.metric} still drops by more than {max_drop} with {len(found.fp32_nodes)} nodes "
-              "back in FP32; writing the best model found", file=sys.stderr)
+        print(
+            f"quantize: warning: {evaluator.metric} still drops by more than {max_drop} with {len(found.fp32_nodes)} nodes "
+            "back in FP32; writing the best model found",
+            file=sys.stderr,
+        )
     return found.result
 
 
@@ -127,23 +251,29 @@ def _default_output(model: Path) -> Path:
 
 def _check_outputs(args: argparse.Namespace, output: Path) -> None:
     """No output may overwrite an input or another output."""
-    calib = Path(args.calib if Path(args.calib).exists() or ":" not in args.calib else args.calib.rsplit(":", 1)[0])
+    calib = Path(
+        args.calib
+        if Path(args.calib).exists() or ":" not in args.calib
+        else args.calib.rsplit(":", 1)[0]
+    )
     inputs = {"the input model": args.model, "the calibration data": calib}
     outputs = {"the INT8 model": output}
     if args.report is not None:
-        outputs.update({"the report": args.report, "the report's JSON": args.report.with_suffix(".json")})
+        outputs.update(
+            {"the report": args.report, "the report's JSON": args.report.with_suffix(".json")}
+        )
     for what, path in outputs.items():
         _check_output(path)
         for other, taken in [*inputs.items(), *((o, p) for o, p in outputs.items() if o != what)]:
             if path.resolve() == taken.resolve():
-                raise QuantizeError(path, f"{what} would be written over {other}; choose another path")
+                raise InputError(path, f"{what} would be written over {other}; choose another path")
 
 
 def _check_output(output: Path) -> None:
     if not output.parent.is_dir():
-        raise QuantizeError(output, f"output directory {output.parent} does not exist")
+        raise InputError(output, f"output directory {output.parent} does not exist")
     if output.is_dir():
-        raise QuantizeError(output, "output path is a directory; give a file name")
+        raise InputError(output, "output path is a directory; give a file name")
 
 
 def _image_preprocess(args) -> ImagePreprocess | None:
@@ -154,9 +284,14 @@ def _image_preprocess(args) -> ImagePreprocess | None:
     if args.image_size:
         size = (args.image_size[0], args.image_size[-1])
     default = ImagePreprocess()
-    return ImagePreprocess(size=size, scale=args.scale if args.scale is not None else default.scale,
-                           mean=tuple(args.mean or default.mean), std=tuple(args.std or default.std),
-                           layout=args.layout, color="BGR" if args.bgr else "RGB")
+    return ImagePreprocess(
+        size=size,
+        scale=args.scale if args.scale is not None else default.scale,
+        mean=tuple(args.mean or default.mean),
+        std=tuple(args.std or default.std),
+        layout=args.layout,
+        color="BGR" if args.bgr else "RGB",
+    )
 
 
 class _progress:
@@ -167,8 +302,15 @@ class _progress:
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
         console = Console(stderr=True)
-        self.bar = Progress("calibrating", BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(), console=console,
-                            disable=not console.is_terminal, transient=True)
+        self.bar = Progress(
+            "calibrating",
+            BarColumn(),
+            MofNCompleteColumn(),
+            TimeRemainingColumn(),
+            console=console,
+            disable=not console.is_terminal,
+            transient=True,
+        )
         self.bar.__enter__()
         self.task = self.bar.add_task("calibrating", total=None)
         return lambda done, total: self.bar.update(self.task, completed=done, total=total)
@@ -196,12 +338,18 @@ def _print_summary(s: dict, report_path: Path | None) -> None:
     recipe = s["recipe"]
     facts.add_row("target", f"{recipe['target']} (this CPU: {host_target()})")
     facts.add_row("kernel timing", s["kernel_timing"])
-    facts.add_row("calibration", f"{s['calibration']['samples']} samples, {s['calibration']['seconds']:.1f} s, method {recipe['method']}")
+    facts.add_row(
+        "calibration",
+        f"{s['calibration']['samples']} samples, {s['calibration']['seconds']:.1f} s, method {recipe['ranges']['name']}",
+    )
     for name, db in s["output_sqnr_db"].items():
         facts.add_row(f"output SQNR {name}", f"{db:.1f} dB on {s['sqnr_samples']}")
     if "throughput" in s:
         t = s["throughput"]
-        facts.add_row("throughput", f"{t['fp32']['throughput']:.1f} -> {t['int8']['throughput']:.1f} samples/s ({t['speedup']:.2f}x, batch {t['int8']['batch']})")
+        facts.add_row(
+            "throughput",
+            f"{t['fp32']['throughput']:.1f} -> {t['int8']['throughput']:.1f} samples/s ({t['speedup']:.2f}x, batch {t['int8']['batch']})",
+        )
     if "metric" in s:
         m = s["metric"]
         facts.add_row(m["name"], f"{m['fp32']:.2f} -> {m['int8']:.2f} (drop {m['drop']:.2f})")
@@ -210,4 +358,6 @@ def _print_summary(s: dict, report_path: Path | None) -> None:
     console.print(facts)
     left = s["coverage"]["fp32_nodes"]
     if left:
-        console.print(f"{len(left)} node(s) left in FP32; see --json or the report for each reason.")
+        console.print(
+            f"{len(left)} node(s) left in FP32; see --json or the report for each reason."
+        )

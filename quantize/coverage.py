@@ -16,14 +16,43 @@ from quantize.runtime import session
 
 # Kernels that compute on integers (ORT names, any domain).
 INTEGER_OPS = {
-    "QLinearConv", "NhwcQLinearConv", "QLinearMatMul", "QGemm", "MatMulInteger", "MatMulIntegerToFloat",
-    "ConvInteger", "QLinearAdd", "QLinearMul", "QLinearConcat", "QLinearGlobalAveragePool",
-    "QLinearAveragePool", "QLinearSigmoid", "QLinearLeakyRelu", "QLinearSoftmax", "QAttention",
-    "DynamicQuantizeMatMul", "QLinearReduceMean", "QLinearWhere",
+    "QLinearConv",
+    "NhwcQLinearConv",
+    "QLinearMatMul",
+    "QGemm",
+    "MatMulInteger",
+    "MatMulIntegerToFloat",
+    "ConvInteger",
+    "QLinearAdd",
+    "QLinearMul",
+    "QLinearConcat",
+    "QLinearGlobalAveragePool",
+    "QLinearAveragePool",
+    "QLinearSigmoid",
+    "QLinearLeakyRelu",
+    "QLinearSoftmax",
+    "QAttention",
+    "DynamicQuantizeMatMul",
+    "QLinearReduceMean",
+    "QLinearWhere",
 }
 BOUNDARY_OPS = {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"}
 # Ops that move data without arithmetic: they run on whatever type flows in (uint8 too).
-MOVEMENT_OPS = {"MaxPool", "NhwcMaxPool", "Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Concat", "Slice", "Gather", "Resize", "Shape"}
+MOVEMENT_OPS = {
+    "MaxPool",
+    "NhwcMaxPool",
+    "Transpose",
+    "Reshape",
+    "Flatten",
+    "Squeeze",
+    "Unsqueeze",
+    "Identity",
+    "Concat",
+    "Slice",
+    "Gather",
+    "Resize",
+    "Shape",
+}
 
 
 def optimized_graph(model: onnx.ModelProto, threads: int = 1) -> onnx.GraphProto:
@@ -39,7 +68,9 @@ def float_islands(graph: onnx.GraphProto, planned: set[str]) -> set[str]:
     producer = {out: node for node in graph.node for out in node.output}
     islands = set()
     for node in graph.node:
-        origin = next((n for n in (node.name, node.name.rsplit("/", 1)[0]) if n in planned), None)  # ORT renames what it fuses: "<name>/MatMulAddFusion"
+        origin = next(
+            (n for n in (node.name, node.name.rsplit("/", 1)[0]) if n in planned), None
+        )  # ORT renames what it fuses: "<name>/MatMulAddFusion"
         if origin is None or node.op_type in INTEGER_OPS | BOUNDARY_OPS:
             continue
         fed = [producer.get(i) for i in node.input if i]
@@ -50,7 +81,9 @@ def float_islands(graph: onnx.GraphProto, planned: set[str]) -> set[str]:
 
 def kernel_counts(graph: onnx.GraphProto) -> dict[str, dict[str, int]]:
     """Op counts of the executed graph: integer kernels, Q/DQ boundaries, data movement, float."""
-    counts: dict[str, Counter] = {kind: Counter() for kind in ("int8", "boundary", "movement", "float")}
+    counts: dict[str, Counter] = {
+        kind: Counter() for kind in ("int8", "boundary", "movement", "float")
+    }
     for node in graph.node:
         counts[_kind(node.op_type)][node.op_type] += 1
     return {kind: dict(sorted(c.items())) for kind, c in counts.items()}

@@ -1,22 +1,20 @@
-"""Task metrics the validation report can show FP32 vs INT8, one per reference model.
+"""Task metrics the validation report can show FP32 vs INT8.
 
 An evaluator is an object with `name`, `metric` (a label such as "top-1 %"),
-`higher_is_better`, and `evaluate(model: onnx.ModelProto) -> float`. Reference models
-register a factory here by name; the import happens only when one is asked for.
+`higher_is_better`, and `evaluate(model: onnx.ModelProto) -> float`. A package offers one by
+declaring a factory under the entry-point group `quantize.evaluators` in its pyproject.toml
+(the reference models do so in this project's); it is imported only when asked for.
 """
 
-import importlib
+from importlib.metadata import entry_points
 
-REGISTRY = {
-    "resnet50": "models.resnet50.evaluate:Top1Evaluator",
-    "translator-encoder": "models.translator.evaluate:encoder_bleu",
-    "translator-decoder": "models.translator.evaluate:decoder_bleu",
-    "calogan": "models.calogan.evaluate:PhysicsEvaluator",
-}
+GROUP = "quantize.evaluators"
 
 
 def get_evaluator(name: str):
-    if name not in REGISTRY:
-        raise ValueError(f"unknown evaluator {name!r}; known: {', '.join(REGISTRY)}")
-    module, factory = REGISTRY[name].split(":")
-    return getattr(importlib.import_module(module), factory)()
+    found = {ep.name: ep for ep in entry_points(group=GROUP)}
+    if name not in found:
+        raise ValueError(
+            f"unknown evaluator {name!r}; known: {', '.join(sorted(found)) or 'none installed'}"
+        )
+    return found[name].load()()

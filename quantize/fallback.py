@@ -7,8 +7,8 @@ back to FP32 in the order of what their trial gained, one at a time, until the s
 reaches `target` or `max_nodes` are back.
 """
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import onnx
 
@@ -36,7 +36,11 @@ def fall_back(result: QuantizeResult, score: Score, target: float, max_nodes: in
     before = score(result.model)
     if before >= target:
         return Fallback(result, target, before, before, [], {})
-    weighted = [d.name for d in result.decisions if d.precision == "int8" and d.op_type in RULES and RULES[d.op_type].weight is not None]
+    weighted = [
+        d.name
+        for d in result.decisions
+        if d.precision == "int8" and d.op_type in RULES and RULES[d.op_type].weight is not None
+    ]
     gains = {name: score(qdq_model(result, {name})) - before for name in weighted}
     ranked = sorted((n for n in gains if gains[n] > 0), key=gains.get, reverse=True)[:max_nodes]
     chosen: dict[str, str] = {}

@@ -34,11 +34,25 @@ MIN_GAIN_MS = 0.05  # ... and by at least this much per batch
 MEASUREMENTS = ((0.2, 2, 2), (1.0, 4, 3))
 
 
-def slower_in_int8(model: onnx.ModelProto, graph: ir.Model, nodes: set[str], feeds: dict[str, np.ndarray], weight_qmax: int,
-                   target: str, threads: int = 0) -> dict[str, str]:
+def slower_in_int8(
+    model: onnx.ModelProto,
+    graph: ir.Model,
+    nodes: set[str],
+    feeds: dict[str, np.ndarray],
+    weight_qmax: int,
+    target: str,
+    threads: int = 0,
+) -> dict[str, str]:
     """The chosen nodes of `graph` (the IR of `model`) whose INT8 kernel measures slower than
     FP32 here, each with the reason; shapes are those of `model` run on `feeds`."""
-    timed = [n for n in graph.graph if n.name in nodes and n.op_type in TIMED_OPS and n.inputs[1] is not None and n.inputs[1].const_value is not None]
+    timed = [
+        n
+        for n in graph.graph
+        if n.name in nodes
+        and n.op_type in TIMED_OPS
+        and n.inputs[1] is not None
+        and n.inputs[1].const_value is not None
+    ]
     shapes = _input_shapes(model, timed, feeds, threads)
     verdicts: dict[tuple, str | None] = {}
     slower = {}
@@ -52,9 +66,14 @@ def slower_in_int8(model: onnx.ModelProto, graph: ir.Model, nodes: set[str], fee
     return slower
 
 
-def _verdict(node: ir.Node, shape: tuple[int, ...], weight_qmax: int, target: str, threads: int) -> str | None:
+def _verdict(
+    node: ir.Node, shape: tuple[int, ...], weight_qmax: int, target: str, threads: int
+) -> str | None:
     x = np.random.default_rng(0).integers(0, 256, shape, dtype=np.uint8)
-    models = {precision: _one_node_model(node, shape, precision, weight_qmax) for precision in ("int8", "fp32")}
+    models = {
+        precision: _one_node_model(node, shape, precision, weight_qmax)
+        for precision in ("int8", "fp32")
+    }
     for seconds, rounds, min_block in MEASUREMENTS:
         timed = bench.compare_sessions(models, {"x": x}, threads, seconds, rounds, min_block)
         int8_ms, fp32_ms = (timed[p]["latency_ms_p50"] for p in ("int8", "fp32"))
@@ -63,16 +82,24 @@ def _verdict(node: ir.Node, shape: tuple[int, ...], weight_qmax: int, target: st
     return f"INT8 slower than FP32 on {target}: {int8_ms:.2f} ms vs {fp32_ms:.2f} ms for a batch of {shape[0]}, measured here"
 
 
-def _one_node_model(node: ir.Node, shape: tuple[int, ...], precision: str, weight_qmax: int) -> onnx.ModelProto:
+def _one_node_model(
+    node: ir.Node, shape: tuple[int, ...], precision: str, weight_qmax: int
+) -> onnx.ModelProto:
     """uint8 x -> DequantizeLinear -> the node -> QuantizeLinear -> uint8 y. In INT8 its weight
     and bias are int8/int32 behind DequantizeLinears (ORT fuses it into its integer kernel); in
     FP32 they are float and x's DequantizeLinear is per channel, as InsertQDQPass writes it for
     an FP32 node, so that ORT does not quantize the weight itself."""
     weight = node.inputs[1].const_value.numpy()
-    bias = node.inputs[2].const_value.numpy() if len(node.inputs) > 2 and node.inputs[2] is not None and node.op_type != "MatMul" else None
+    bias = (
+        node.inputs[2].const_value.numpy()
+        if len(node.inputs) > 2 and node.inputs[2] is not None and node.op_type != "MatMul"
+        else None
+    )
     arrays = {"one": np.float32(1.0), "mid": np.uint8(128)}
     if precision == "fp32":
-        arrays.update(ones=np.ones(shape[1], np.float32), mids=np.full(shape[1], 128, np.uint8), w=weight)
+        arrays.update(
+            ones=np.ones(shape[1], np.float32), mids=np.full(shape[1], 128, np.uint8), w=weight
+        )
         nodes = [helper.make_node("DequantizeLinear", ["x", "ones", "mids"], ["x_float"], axis=1)]
         if bias is not None:
             arrays["b"] = bias
@@ -80,30 +107,61 @@ def _one_node_model(node: ir.Node, shape: tuple[int, ...], precision: str, weigh
         axis = weight_channel_axis(node, weight)
         q, scale = quantize_weight(weight, axis, weight_qmax)
         arrays.update(w_q=q, w_scale=scale, w_zero=np.zeros_like(scale, np.int8))
-        nodes = [helper.make_node("DequantizeLinear", ["x", "one", "mid"], ["x_float"]),
-                 helper.make_node("DequantizeLinear", ["w_q", "w_scale", "w_zero"], ["w"], **({"axis": axis} if scale.size > 1 else {}))]
-        if bias is not None and bias.ndim != 1:  # a Gemm's 2-D C stays float, as InsertQDQPass leaves it
+        nodes = [
+            helper.make_node("DequantizeLinear", ["x", "one", "mid"], ["x_float"]),
+            helper.make_node(
+                "DequantizeLinear",
+                ["w_q", "w_scale", "w_zero"],
+                ["w"],
+                **({"axis": axis} if scale.size > 1 else {}),
+            ),
+        ]
+        if (
+            bias is not None and bias.ndim != 1
+        ):  # a Gemm's 2-D C stays float, as InsertQDQPass leaves it
             arrays["b"] = bias
         elif bias is not None:
             q_bias, bias_scale = quantize_bias(bias, np.float32(1.0), scale)
-            arrays.update(b_q=q_bias, b_scale=bias_scale, b_zero=np.zeros_like(bias_scale, np.int32))
-            nodes.append(helper.make_node("DequantizeLinear", ["b_q", "b_scale", "b_zero"], ["b"], **({"axis": 0} if bias_scale.size > 1 else {})))
-    op = helper.make_node(node.op_type, ["x_float", "w", *(["b"] if bias is not None else [])], ["y_float"])
+            arrays.update(
+                b_q=q_bias, b_scale=bias_scale, b_zero=np.zeros_like(bias_scale, np.int32)
+            )
+            nodes.append(
+                helper.make_node(
+                    "DequantizeLinear",
+                    ["b_q", "b_scale", "b_zero"],
+                    ["b"],
+                    **({"axis": 0} if bias_scale.size > 1 else {}),
+                )
+            )
+    op = helper.make_node(
+        node.op_type, ["x_float", "w", *(["b"] if bias is not None else [])], ["y_float"]
+    )
     op.attribute.extend(ir.serde.serialize_attribute(a) for a in node.attributes.values())
     nodes += [op, helper.make_node("QuantizeLinear", ["y_float", "one", "mid"], ["y"])]
-    graph = helper.make_graph(nodes, f"{node.op_type}_{precision}", [helper.make_tensor_value_info("x", TensorProto.UINT8, shape)],
-                              [helper.make_tensor_value_info("y", TensorProto.UINT8, None)],
-                              [numpy_helper.from_array(np.asarray(a), name) for name, a in arrays.items()])
+    graph = helper.make_graph(
+        nodes,
+        f"{node.op_type}_{precision}",
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.UINT8, None)],
+        [numpy_helper.from_array(np.asarray(a), name) for name, a in arrays.items()],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model
 
 
-def _input_shapes(model: onnx.ModelProto, nodes: list[ir.Node], feeds: dict[str, np.ndarray], threads: int) -> dict[str, tuple[int, ...]]:
+def _input_shapes(
+    model: onnx.ModelProto, nodes: list[ir.Node], feeds: dict[str, np.ndarray], threads: int
+) -> dict[str, tuple[int, ...]]:
     names = list({n.inputs[0].name: None for n in nodes if n.inputs[0].name not in feeds})
     shapes = {name: feeds[name].shape for name in {n.inputs[0].name for n in nodes} & set(feeds)}
     if names:
-        shapes.update({name: value.shape for name, value in zip(names, run_with_outputs(model, names, feeds, threads))})
+        shapes.update(
+            {
+                name: value.shape
+                for name, value in zip(names, run_with_outputs(model, names, feeds, threads))
+            }
+        )
     return shapes
 
 

@@ -1,27 +1,40 @@
-"""`quantize_(model, calib, config)`: the one entry point from an FP32 model to an INT8 one.
+"""`quantize(model, calib, recipe)`: the one entry point from an FP32 model to an INT8 one.
 
-    frontend.load_model -> passes.cleanup -> calibration -> policy + plan
-      -> passes.lower_to_qdq -> coverage check in ORT's optimized graph (drop float islands)
+frontend.load_model -> passes.cleanup -> calibration -> policy + plan
+  -> passes.lower_to_qdq -> coverage check in ORT's optimized graph (drop float islands)
 """
 
 import json
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from typing import Callable
 
 import numpy as np
 import onnx
 import onnx_ir as ir
 
-from calibration import ImagePreprocess, InputSpec, collect_channel_absmax, collect_histograms, open_calibration
+from calibration import (
+    ImagePreprocess,
+    InputSpec,
+    collect_channel_absmax,
+    collect_histograms,
+    open_calibration,
+)
 from calibration.histogram import BEYOND_LIMIT
+from onnxio import InputError
 from quantize import coverage, kernel_timing, passes
-from quantize.config import QuantConfig
-from quantize.errors import QuantizeError
 from quantize.frontend import load_model
 from quantize.passes.smooth_activations import smoothing_scales, weight_gemm_readers
-from quantize.plan import QuantPlan, make_plan
-from quantize.policy import ABSORBABLE_ACTIVATIONS, RULES, is_float, select_nodes
+from quantize.plan import make_plan
+from quantize.policy import (
+    ABSORBABLE_ACTIVATIONS,
+    NodeDecision,
+    Selection,
+    decisions,
+    is_float,
+    select_nodes,
+)
+from quantize.recipe import RECIPE_KEY, Recipe, RunOptions
 from quantize.runtime import session
 from quantize.target import TARGET_KEY, host_target, resolve, weight_qmax
 from quantize.validate import layer_sqnr, output_sqnr
@@ -30,22 +43,14 @@ __version__ = "0.1.0"
 PREPROCESS_KEY = "quantize.preprocess"
 
 
-@dataclass
-class NodeDecision:
-    name: str
-    op_type: str
-    precision: str  # "int8" or "fp32"
-    reason: str = ""
-
-
 @dataclass(frozen=True)
 class Calibration:
     """What lowering needs and is cheap to keep: the models, the INT8 candidates and the
     activation histograms (fixed size), so a result can be lowered again without recalibrating."""
+
     original: onnx.ModelProto
     clean: onnx.ModelProto
-    nodes: frozenset[str]
-    kept_fp32: dict[str, str]  # nodes the policy chose that measurements sent back to FP32, with why
+    selection: Selection  # after kernel timings and ranges sent nodes back to FP32
     histograms: dict
     samples: int
     seconds: float
@@ -55,7 +60,8 @@ class Calibration:
 class QuantizeResult:
     model: onnx.ModelProto
     fp32_model: onnx.ModelProto
-    config: QuantConfig
+    recipe: Recipe  # with its target resolved
+    options: RunOptions
     decisions: list[NodeDecision]
     kernels: dict
     calibration_samples: int
@@ -67,96 +73,196 @@ class QuantizeResult:
     calibration: Calibration = field(repr=False)
 
 
-def quantize_(model_path, calib, config: QuantConfig = QuantConfig(), image_preprocess: ImagePreprocess | None = None,
-              progress: Callable[[int, int], None] = lambda done, total: None) -> QuantizeResult:
-    config = replace(config, target=resolve(config.target))
+def quantize(
+    model_path,
+    calib,
+    recipe: Recipe = Recipe(),
+    options: RunOptions = RunOptions(),
+    image_preprocess: ImagePreprocess | None = None,
+    progress: Callable[[int, int], None] = lambda done, total: None,
+) -> QuantizeResult:
+    """Quantize an FP32 model to INT8 with ranges calibrated on representative data.
+
+    The input model is never modified; the INT8 model is returned in the result, not written.
+
+    Args:
+        model_path: an `.onnx` file, a TensorFlow SavedModel directory or a Keras `.keras`/`.h5` file.
+        calib: the calibration data: a `.npy`/`.npz`/HDF5 file or image directory (samples in
+            order; the first `options.calib_samples` calibrate, the next `held_out_samples`
+            measure SQNR), or a list of feed dicts (input name -> batch array).
+        recipe: what to quantize and how, for which CPU target (`"auto"`: this machine's INT8 path).
+        options: threads, batch size, calibration and held-out sample counts.
+        image_preprocess: how an image directory becomes input tensors; by default the recipe
+            the model carries in its metadata, if any.
+        progress: called with (samples done, samples in all) during calibration.
+
+    Returns:
+        A QuantizeResult: the INT8 model, the cleaned FP32 model it was made from, each node's
+        INT8/FP32 decision with its reason, the kernels ORT runs, and output and per-layer SQNR.
+
+    Raises:
+        InputError: a file or argument is unusable; the message names it and says why.
+
+    Example:
+        >>> result = quantize("model.onnx", "calib.npz", Recipe(ranges=Entropy()))
+        >>> onnxio.save_model(result.model, "model.int8.onnx")
+    """
+    recipe = replace(recipe, target=resolve(recipe.target))
     original = load_model(model_path)
     _check_float32(original, model_path)
     clean = ir.serde.serialize_model(passes.cleanup(ir.serde.deserialize_model(original)))
     inputs = input_specs(clean)
     source = open_calibration(calib, inputs, image_preprocess or _recipe_preprocess(original))
-    batch_size, fixed = _batch_size(inputs, config, model_path)
-    n_cal, held_range = _split(source.num_samples, config, batch_size if fixed else 1, source.path)
+    batch_size, fixed = _batch_size(inputs, options, model_path)
+    n_cal, held_range = _split(source.num_samples, options, batch_size if fixed else 1, source.path)
     held_out = list(source.batches(*held_range, batch_size))
     _check_cleanup(original, clean, held_out[0], model_path)
 
     graph = ir.serde.deserialize_model(clean)
-    nodes = select_nodes(graph, config.exclude, config.activation_matmuls)
-    _check_refined_convs(graph, nodes, config, model_path)
+    selection = select_nodes(graph, recipe.overrides.fp32, recipe.activation_matmuls)
+    _check_refined_convs(graph, selection.int8, recipe, model_path)
     start = time.perf_counter()
-    scaling_muls: set[str] = set()
-    if config.smooth_alpha is not None:
-        clean, scaling_muls = _smoothed(clean, graph, nodes, source, n_cal, batch_size, config)
+    scaling_muls: dict[str, str] = {}
+    if recipe.smoothing is not None:
+        clean, scaling_muls = _smoothed(
+            clean,
+            graph,
+            selection.int8,
+            source,
+            n_cal,
+            batch_size,
+            recipe.smoothing.alpha,
+            options.threads,
+        )
         _check_cleanup(original, clean, held_out[0], model_path)
         graph = ir.serde.deserialize_model(clean)
-        nodes = select_nodes(graph, config.exclude, config.activation_matmuls) - scaling_muls
-    kept_fp32 = _slower_in_int8(clean, graph, nodes, held_out[0], config)
+        selection = select_nodes(graph, recipe.overrides.fp32, recipe.activation_matmuls).without(
+            scaling_muls
+        )
+    kept_fp32 = _slower_in_int8(clean, graph, selection.int8, held_out[0], recipe, options.threads)
     if kept_fp32:  # selected again, so that no data movement is left feeding them uint8
-        nodes = select_nodes(graph, (*config.exclude, *kept_fp32), config.activation_matmuls) - scaling_muls
-    histograms = collect_histograms(clean, observed_tensors(graph, nodes), source, n_cal, batch_size, config.threads, progress)
-    beyond = _beyond_uint8(graph, nodes, histograms)
+        selection = select_nodes(
+            graph, recipe.overrides.fp32, recipe.activation_matmuls, kept_fp32
+        ).without(scaling_muls)
+    histograms = collect_histograms(
+        clean,
+        observed_tensors(graph, selection.int8),
+        source,
+        n_cal,
+        batch_size,
+        options.threads,
+        progress,
+    )
+    beyond = _beyond_uint8(graph, selection.int8, histograms)
     if beyond:
         kept_fp32.update(beyond)
-        nodes = select_nodes(graph, (*config.exclude, *kept_fp32), config.activation_matmuls) - scaling_muls
-    calibration = Calibration(original, clean, frozenset(nodes), kept_fp32, histograms, n_cal, time.perf_counter() - start)
-    sqnr_samples = f"{held_range[1] - held_range[0]} held-out samples" if held_range[0] >= n_cal else f"{held_range[1]} calibration samples (none left to hold out)"
-    return _lower(calibration, config, held_out, sqnr_samples, {})
+        selection = select_nodes(
+            graph, recipe.overrides.fp32, recipe.activation_matmuls, kept_fp32
+        ).without(scaling_muls)
+    calibration = Calibration(
+        original, clean, selection, histograms, n_cal, time.perf_counter() - start
+    )
+    sqnr_samples = (
+        f"{held_range[1] - held_range[0]} held-out samples"
+        if held_range[0] >= n_cal
+        else f"{held_range[1]} calibration samples (none left to hold out)"
+    )
+    return _lower(calibration, recipe, options, held_out, sqnr_samples, {})
 
 
 def keep_fp32(result: QuantizeResult, fallback: dict[str, str]) -> QuantizeResult:
     """The same calibration lowered again with the `fallback` nodes (name -> why) in FP32."""
-    return _lower(result.calibration, result.config, result.held_out, result.sqnr_samples, fallback)
+    return _lower(
+        result.calibration,
+        result.recipe,
+        result.options,
+        result.held_out,
+        result.sqnr_samples,
+        fallback,
+    )
 
 
 def qdq_model(result: QuantizeResult, fp32_nodes: set[str]) -> onnx.ModelProto:
     """The Q/DQ model with `fp32_nodes` in FP32, without the coverage check: a quick trial."""
     graph = ir.serde.deserialize_model(result.calibration.clean)
-    config = result.config
-    plan = make_plan(graph, set(result.calibration.nodes) - fp32_nodes, result.calibration.histograms, config)
+    plan = make_plan(
+        graph,
+        set(result.calibration.selection.int8 - fp32_nodes),
+        result.calibration.histograms,
+        result.recipe,
+    )
     return ir.serde.serialize_model(passes.lower_to_qdq(graph, plan))
 
 
-def _lower(calibration: Calibration, config: QuantConfig, held_out: list[dict], sqnr_samples: str,
-           fallback: dict[str, str]) -> QuantizeResult:
+def _lower(
+    calibration: Calibration,
+    recipe: Recipe,
+    options: RunOptions,
+    held_out: list[dict],
+    sqnr_samples: str,
+    fallback: dict[str, str],
+) -> QuantizeResult:
     clean, graph = calibration.clean, ir.serde.deserialize_model(calibration.clean)
-    int8, plan, executed, islands = _lower_without_islands(clean, graph, set(calibration.nodes) - set(fallback), calibration.histograms, config)
-    _stamp(int8, calibration.original, config)
+    selection = calibration.selection.without(fallback)
+    int8, plan, executed, selection = _lower_without_islands(
+        clean, graph, selection, calibration.histograms, recipe
+    )
+    _stamp(int8, calibration.original, recipe)
     return QuantizeResult(
         model=int8,
         fp32_model=clean,
-        config=config,
-        decisions=_decisions(graph, plan, {**calibration.kept_fp32, **islands, **fallback}, config.exclude),
+        recipe=recipe,
+        options=options,
+        decisions=decisions(graph, selection, plan.absorbed),
         kernels=coverage.kernel_counts(executed),
         calibration_samples=calibration.samples,
         calibration_seconds=calibration.seconds,
-        output_sqnr_db=output_sqnr(clean, int8, held_out, config.threads),
-        layer_sqnr_db=layer_sqnr(clean, int8, set(plan.absorbed.values()), held_out[0], config.threads),
+        output_sqnr_db=output_sqnr(clean, int8, held_out, options.threads),
+        layer_sqnr_db=layer_sqnr(
+            clean, int8, set(plan.absorbed.values()), held_out[0], options.threads
+        ),
         sqnr_samples=sqnr_samples,
         held_out=held_out,
         calibration=calibration,
     )
 
 
-def _lower_without_islands(clean: onnx.ModelProto, graph: ir.Model, nodes: set[str], histograms: dict, config: QuantConfig):
-    """Lower to Q/DQ, then drop every planned node ORT would still run in float, until none is
-    left. Returns the INT8 model, its plan, ORT's executed graph, and the dropped nodes."""
-    islands: dict[str, str] = {}
+def _lower_without_islands(
+    clean: onnx.ModelProto, graph: ir.Model, selection: Selection, histograms: dict, recipe: Recipe
+):
+    """Lower to Q/DQ, then send every planned node ORT would still run in float back to FP32,
+    until none is left. Returns the INT8 model, its plan, ORT's executed graph, and the selection."""
     while True:  # ends: every round sends at least one planned node back to FP32
-        plan = make_plan(graph, nodes, histograms, config)
-        int8 = ir.serde.serialize_model(passes.lower_to_qdq(ir.serde.deserialize_model(clean), plan))
+        plan = make_plan(graph, set(selection.int8), histograms, recipe)
+        int8 = ir.serde.serialize_model(
+            passes.lower_to_qdq(ir.serde.deserialize_model(clean), plan)
+        )
         executed = coverage.optimized_graph(int8)
         found = coverage.float_islands(executed, plan.nodes)
         if not found:
-            return int8, plan, executed, islands
-        islands.update({name: "ORT ran it in float between Q/DQ (no fusion for this pattern), so it stays FP32" for name in found})
-        nodes = nodes - found
+            return int8, plan, executed, selection
+        selection = selection.without(
+            dict.fromkeys(
+                found,
+                "ORT ran it in float between Q/DQ (no fusion for this pattern), so it stays FP32",
+            )
+        )
 
 
-def _slower_in_int8(clean: onnx.ModelProto, graph: ir.Model, nodes: set[str], feeds: dict, config: QuantConfig) -> dict[str, str]:
+def _slower_in_int8(
+    clean: onnx.ModelProto,
+    graph: ir.Model,
+    nodes: set[str],
+    feeds: dict,
+    recipe: Recipe,
+    threads: int,
+) -> dict[str, str]:
     """Kernel timings describe this machine: they decide only for its own target."""
-    if not config.time_kernels or config.target != host_target():
+    if not recipe.kernel_timing or recipe.target != host_target():
         return {}
-    return kernel_timing.slower_in_int8(clean, graph, nodes, feeds, weight_qmax(config.target), config.target, config.threads)
+    return kernel_timing.slower_in_int8(
+        clean, graph, nodes, feeds, weight_qmax(recipe.target), recipe.target, threads
+    )
 
 
 def _beyond_uint8(graph: ir.Model, nodes: set[str], histograms: dict) -> dict[str, str]:
@@ -164,22 +270,51 @@ def _beyond_uint8(graph: ir.Model, nodes: set[str], histograms: dict) -> dict[st
     finfo.min, log(0)): they stay FP32."""
     kept = {}
     for node in graph.graph:
-        hist = next((histograms[v.name] for v in [*node.inputs, *node.outputs] if v is not None and v.name in histograms
-                     and histograms[v.name].beyond), None) if node.name in nodes else None
+        hist = (
+            next(
+                (
+                    histograms[v.name]
+                    for v in [*node.inputs, *node.outputs]
+                    if v is not None and v.name in histograms and histograms[v.name].beyond
+                ),
+                None,
+            )
+            if node.name in nodes
+            else None
+        )
         if hist is not None:
-            kept[node.name] = (f"a tensor it reads or writes holds values no uint8 scale can cover ({hist.beyond} non-finite or "
-                               f"beyond +-{BEYOND_LIMIT:g}; range {hist.min:.3g} to {hist.max:.3g}), e.g. an attention mask's finfo.min")
+            kept[node.name] = (
+                f"a tensor it reads or writes holds values no uint8 scale can cover ({hist.beyond} non-finite or "
+                f"beyond +-{BEYOND_LIMIT:g}; range {hist.min:.3g} to {hist.max:.3g}), e.g. an attention mask's finfo.min"
+            )
     return kept
 
 
-def _smoothed(clean: onnx.ModelProto, graph: ir.Model, nodes: set[str], source, n_cal: int, batch_size: int,
-              config: QuantConfig) -> tuple[onnx.ModelProto, set[str]]:
+def _smoothed(
+    clean: onnx.ModelProto,
+    graph: ir.Model,
+    nodes: set[str],
+    source,
+    n_cal: int,
+    batch_size: int,
+    alpha: float,
+    threads: int,
+) -> tuple[onnx.ModelProto, dict[str, str]]:
     """The clean model with activation outliers moved into the weights of the GEMMs that read
-    them, and the names of the scaling Muls it needed."""
-    inputs = list({n.inputs[0].name: None for n in graph.graph if n.name in nodes and n in weight_gemm_readers(n.inputs[0])})
-    absmax = collect_channel_absmax(clean, inputs, source, n_cal, batch_size, config.threads)
-    smoothing = passes.SmoothActivationsPass(smoothing_scales(graph, absmax, config.smooth_alpha))
-    return ir.serde.serialize_model(smoothing(graph).model), smoothing.inserted
+    them, and the scaling Muls it needed (name -> why they stay FP32)."""
+    inputs = list(
+        {
+            n.inputs[0].name: None
+            for n in graph.graph
+            if n.name in nodes and n in weight_gemm_readers(n.inputs[0])
+        }
+    )
+    absmax = collect_channel_absmax(clean, inputs, source, n_cal, batch_size, threads)
+    smoothing = passes.SmoothActivationsPass(smoothing_scales(graph, absmax, alpha))
+    scaled = ir.serde.serialize_model(smoothing(graph).model)
+    return scaled, dict.fromkeys(
+        smoothing.inserted, "SmoothQuant's scaling of its input, FP32 by design"
+    )
 
 
 def input_specs(model: onnx.ModelProto) -> list[InputSpec]:
@@ -190,7 +325,11 @@ def input_specs(model: onnx.ModelProto) -> list[InputSpec]:
             continue
         tensor = value.type.tensor_type
         shape = tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim)
-        specs.append(InputSpec(value.name, shape, np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type))))
+        specs.append(
+            InputSpec(
+                value.name, shape, np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type))
+            )
+        )
     return specs
 
 
@@ -210,22 +349,26 @@ def observed_tensors(graph: ir.Model, nodes: set[str]) -> list[str]:
     return list(names)
 
 
-def _batch_size(inputs: list[InputSpec], config: QuantConfig, model_path) -> tuple[int, bool]:
+def _batch_size(inputs: list[InputSpec], options: RunOptions, model_path) -> tuple[int, bool]:
     """The configured batch, or the model's own if its batch dimension is fixed."""
     fixed = {s.shape[0] for s in inputs if s.shape and s.shape[0] is not None}
     if len(fixed) > 1:
-        raise QuantizeError(model_path, f"inputs have different fixed batch sizes {sorted(fixed)}")
-    return (fixed.pop(), True) if fixed else (config.batch_size, False)
+        raise InputError(model_path, f"inputs have different fixed batch sizes {sorted(fixed)}")
+    return (fixed.pop(), True) if fixed else (options.batch_size, False)
 
 
-def _split(total: int, config: QuantConfig, multiple: int, calib_path) -> tuple[int, tuple[int, int]]:
+def _split(
+    total: int, options: RunOptions, multiple: int, calib_path
+) -> tuple[int, tuple[int, int]]:
     """Calibration sample count and the [start, stop) window used to measure SQNR, in whole
     multiples of a fixed model batch."""
     whole = total - total % multiple
     if whole == 0:
-        raise QuantizeError(calib_path, f"{total} samples, fewer than the model's fixed batch of {multiple}")
-    n_cal = max(multiple, min(config.calib_samples, whole) // multiple * multiple)
-    held = max(multiple, config.held_out_samples // multiple * multiple)
+        raise InputError(
+            calib_path, f"{total} samples, fewer than the model's fixed batch of {multiple}"
+        )
+    n_cal = max(multiple, min(options.calib_samples, whole) // multiple * multiple)
+    held = max(multiple, options.held_out_samples // multiple * multiple)
     if whole > n_cal:
         return n_cal, (n_cal, min(whole, n_cal + held))
     spare = min(held, whole // 5 // multiple * multiple)
@@ -234,16 +377,24 @@ def _split(total: int, config: QuantConfig, multiple: int, calib_path) -> tuple[
     return n_cal, (0, min(whole, held))
 
 
-def _check_cleanup(original: onnx.ModelProto, clean: onnx.ModelProto, batch: dict, model_path) -> None:
+def _check_cleanup(
+    original: onnx.ModelProto, clean: onnx.ModelProto, batch: dict, model_path
+) -> None:
     """The FP32 clean-up must not change what the model computes."""
     try:
         ref = session(original).run(None, batch)
     except Exception as exc:  # ORT's own error types for a model it rejects
-        raise QuantizeError(model_path, f"ONNX Runtime cannot run the model: {str(exc).splitlines()[0]}") from None
+        raise InputError(
+            model_path, f"ONNX Runtime cannot run the model: {str(exc).splitlines()[0]}"
+        ) from None
     got = session(clean).run(None, batch)
     for r, g in zip(ref, got):
-        if r.dtype.kind == "f" and not np.allclose(r, g, rtol=1e-3, atol=1e-4 * (np.abs(r).max() + 1e-6)):
-            raise RuntimeError("internal error: FP32 clean-up changed the model's outputs; please report this model")
+        if r.dtype.kind == "f" and not np.allclose(
+            r, g, rtol=1e-3, atol=1e-4 * (np.abs(r).max() + 1e-6)
+        ):
+            raise RuntimeError(
+                "internal error: FP32 clean-up changed the model's outputs; please report this model"
+            )
 
 
 def _check_float32(model: onnx.ModelProto, model_path) -> None:
@@ -252,21 +403,29 @@ def _check_float32(model: onnx.ModelProto, model_path) -> None:
     half = {onnx.TensorProto.FLOAT16: "float16", onnx.TensorProto.BFLOAT16: "bfloat16"}
     kinds = " and ".join(name for dtype, name in half.items() if dtype in weights)
     if kinds and onnx.TensorProto.FLOAT not in weights:
-        raise QuantizeError(model_path, f"the model computes in {kinds}: INT8 quantization starts from a float32 model; convert its "
-                                        f"{kinds} tensors to float32 first")
+        raise InputError(
+            model_path,
+            f"the model computes in {kinds}: INT8 quantization starts from a float32 model; convert its "
+            f"{kinds} tensors to float32 first",
+        )
 
 
-def _check_refined_convs(graph: ir.Model, nodes: set[str], config: QuantConfig, model_path) -> None:
-    """The Convs named by `wide_outputs` and `residual_inputs` must exist, and only FP32 ops may
+def _check_refined_convs(graph: ir.Model, nodes: set[str], recipe: Recipe, model_path) -> None:
+    """The Convs named by `wide_outputs` and `residual_inputs` overrides must exist, and only FP32 ops may
     read their outputs (both add a second INT8 result to them in float)."""
     convs = {node.name: node for node in graph.graph if node.op_type == "Conv"}
     for option in ("wide_outputs", "residual_inputs"):
-        for name in getattr(config, option):
+        for name in getattr(recipe.overrides, option):
             if name not in convs:
-                raise QuantizeError(model_path, f"{option} names {name!r}, which is not a Conv of the model")
+                raise InputError(
+                    model_path, f"{option} names {name!r}, which is not a Conv of the model"
+                )
             readers = [user.name for user, _ in convs[name].outputs[0].uses() if user.name in nodes]
             if readers:
-                raise QuantizeError(model_path, f"the output of {name!r} is read by INT8 {readers}: exclude them to use {option}")
+                raise InputError(
+                    model_path,
+                    f"the output of {name!r} is read by INT8 {readers}: exclude them to use {option}",
+                )
 
 
 def _recipe_preprocess(model: onnx.ModelProto) -> ImagePreprocess | None:
@@ -274,38 +433,12 @@ def _recipe_preprocess(model: onnx.ModelProto) -> ImagePreprocess | None:
     return ImagePreprocess.from_recipe(json.loads(recipe)) if recipe else None
 
 
-def _stamp(int8: onnx.ModelProto, original: onnx.ModelProto, config: QuantConfig) -> None:
+def _stamp(int8: onnx.ModelProto, original: onnx.ModelProto, recipe: Recipe) -> None:
     kept = {p.key: p.value for p in original.metadata_props}
-    kept["quantize.recipe"] = json.dumps(config.to_dict())
-    kept["quantize.calibration_method"] = config.method
-    kept[TARGET_KEY] = config.target
+    kept[RECIPE_KEY] = json.dumps(recipe.to_dict())
+    kept[TARGET_KEY] = recipe.target
     kept["quantize.version"] = __version__
     del int8.metadata_props[:]
     for key, value in kept.items():
         int8.metadata_props.add(key=key, value=value)
     int8.producer_name, int8.producer_version = "quantize", __version__
-
-
-def _decisions(graph: ir.Model, plan: QuantPlan, islands: dict[str, str], exclude: tuple[str, ...]) -> list[NodeDecision]:
-    """One line per compute node of the FP32 graph: INT8 or FP32, and why."""
-    out = []
-    for node in graph.graph:
-        if node.name in plan.absorbed:
-            out.append(NodeDecision(node.name, node.op_type, "int8", "folded into the uint8 clamp"))
-        elif node.name in plan.nodes:
-            out.append(NodeDecision(node.name, node.op_type, "int8"))
-        elif node.name in islands:
-            out.append(NodeDecision(node.name, node.op_type, "fp32", islands[node.name]))
-        elif node.name in exclude or node.op_type in exclude:
-            out.append(NodeDecision(node.name, node.op_type, "fp32", "excluded by the user"))
-        elif node.op_type in RULES and RULES[node.op_type].same_range:
-            out.append(NodeDecision(node.name, node.op_type, "fp32", "data movement outside an INT8 region"))
-        elif node.op_type in RULES:
-            out.append(NodeDecision(node.name, node.op_type, "fp32", "its weight is not a constant"))
-        elif node.op_type in ABSORBABLE_ACTIVATIONS:
-            producer = node.inputs[0].producer()
-            before = "is an INT8 GEMM whose output stays float" if producer is not None and producer.name in plan.nodes else "is FP32"
-            out.append(NodeDecision(node.name, node.op_type, "fp32", f"the op before it {before} (a Relu runs in INT8 only as a uint8 clamp)"))
-        elif node.outputs and is_float(node.outputs[0]):
-            out.append(NodeDecision(node.name, node.op_type, "fp32", "no INT8 kernel in ONNX Runtime"))
-    return out

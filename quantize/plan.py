@@ -9,8 +9,8 @@ from dataclasses import dataclass, field
 import onnx_ir as ir
 
 from calibration import StreamingHistogram, choose_range
-from quantize.config import QuantConfig
 from quantize.policy import ABSORBABLE_ACTIVATIONS, FLOAT_OUTPUT_FUSIONS, RULES
+from quantize.recipe import Recipe
 from quantize.target import weight_qmax
 
 
@@ -19,16 +19,33 @@ class QuantPlan:
     nodes: set[str]
     ranges: dict[str, tuple[float, float]]
     weight_qmax: int  # the target's int8 weight range (quantize/target.py)
-    absorbed: dict[str, str] = field(default_factory=dict)  # Relu node -> tensor whose uint8 clamp replaces it
-    wide: set[str] = field(default_factory=set)  # Convs whose output is requantized at two scales (passes/widen_output.py)
-    residual: set[str] = field(default_factory=set)  # Convs whose input's rounding residual gets its own Conv (passes/residual_input.py)
+    absorbed: dict[str, str] = field(
+        default_factory=dict
+    )  # Relu node -> tensor whose uint8 clamp replaces it
+    wide: set[str] = field(
+        default_factory=set
+    )  # Convs whose output is requantized at two scales (passes/widen_output.py)
+    residual: set[str] = field(
+        default_factory=set
+    )  # Convs whose input's rounding residual gets its own Conv (passes/residual_input.py)
 
 
-def make_plan(model: ir.Model, nodes: set[str], histograms: dict[str, StreamingHistogram], config: QuantConfig) -> QuantPlan:
-    """The plan for `nodes` under `config` (whose target must be resolved, not "auto")."""
-    ranges = {name: choose_range(h, config.method, config.percentile) for name, h in histograms.items() if h.total and not h.beyond}
-    plan = QuantPlan(set(nodes), ranges, weight_qmax(config.target), wide=set(config.wide_outputs) & set(nodes),
-                     residual=set(config.residual_inputs) & set(nodes))
+def make_plan(
+    model: ir.Model, nodes: set[str], histograms: dict[str, StreamingHistogram], recipe: Recipe
+) -> QuantPlan:
+    """The plan for `nodes` under `recipe` (whose target must be resolved, not "auto")."""
+    ranges = {
+        name: choose_range(h, recipe.ranges)
+        for name, h in histograms.items()
+        if h.total and not h.beyond
+    }
+    plan = QuantPlan(
+        set(nodes),
+        ranges,
+        weight_qmax(recipe.target),
+        wide=set(recipe.overrides.wide_outputs) & set(nodes),
+        residual=set(recipe.overrides.residual_inputs) & set(nodes),
+    )
     alias: dict[str, str] = {}
     for node in model.graph:
         if _absorbable(node, plan.nodes):
@@ -43,7 +60,9 @@ def make_plan(model: ir.Model, nodes: set[str], histograms: dict[str, StreamingH
             source = alias.get(node.inputs[0].name, node.inputs[0].name)
             if source in plan.ranges:
                 plan.ranges[node.outputs[0].name] = plan.ranges[source]
-        elif node.op_type == "Concat":  # of parts at one range (a Conv3D's windows): no requantization
+        elif (
+            node.op_type == "Concat"
+        ):  # of parts at one range (a Conv3D's windows): no requantization
             parts = {plan.ranges.get(alias.get(v.name, v.name)) for v in node.inputs}
             if len(parts) == 1 and None not in parts:
                 plan.ranges[node.outputs[0].name] = parts.pop()
@@ -60,6 +79,8 @@ def _absorbable(node: ir.Node, nodes: set[str]) -> bool:
     if producer is None or producer.name not in nodes or RULES[producer.op_type].same_range:
         return False  # a data-movement op shares its input's range, which need not start at 0
     if producer.op_type in FLOAT_OUTPUT_FUSIONS and not any(
-            user.name in nodes and index in RULES[user.op_type].activations for user, index in node.outputs[0].uses()):
+        user.name in nodes and index in RULES[user.op_type].activations
+        for user, index in node.outputs[0].uses()
+    ):
         return False
     return len(source.uses()) == 1 and not source.is_graph_output()

@@ -7,7 +7,7 @@ graph and drops any node ORT would still run in float between DequantizeLinear a
 QuantizeLinear, which is slower than plain FP32.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import onnx_ir as ir
 
@@ -56,28 +56,117 @@ def is_float(value: ir.Value | None) -> bool:
     return value is not None and value.dtype == ir.DataType.FLOAT
 
 
-def select_nodes(model: ir.Model, exclude: tuple[str, ...] = (), activation_matmuls: bool = True) -> set[str]:
-    """Names of the nodes the policy would quantize, minus those excluded by name or op type
-    (and, unless `activation_matmuls`, minus MatMuls of two activations such as attention's).
+@dataclass(frozen=True)
+class NodeDecision:
+    name: str
+    op_type: str
+    precision: str  # "int8" or "fp32"
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Selection:
+    """The policy's answer for a graph: the nodes that go to INT8, and for every other float
+    compute node why it stays FP32 (Relus aside: whether one is folded depends on the plan)."""
+
+    int8: frozenset[str]
+    fp32: dict[str, str] = field(default_factory=dict)
+
+    def without(self, reasons: dict[str, str]) -> "Selection":
+        """The nodes of `reasons` sent back from INT8 to FP32, each with its reason."""
+        moved = {name: why for name, why in reasons.items() if name in self.int8}
+        return Selection(self.int8 - moved.keys(), {**self.fp32, **moved})
+
+
+OUTSIDE_INT8 = "data movement outside an INT8 region"
+
+
+def select_nodes(
+    model: ir.Model,
+    exclude: tuple[str, ...] = (),
+    activation_matmuls: bool = True,
+    kept_fp32: dict[str, str] | None = None,
+) -> Selection:
+    """The nodes the policy would quantize, minus those excluded by name or op type, those in
+    `kept_fp32` (name -> why, from measurements) and, unless `activation_matmuls`, MatMuls of
+    two activations such as attention's.
 
     Data-movement ops are only worth running on uint8 next to quantized compute, so they are
     selected only when their data input comes from a selected node or their output goes only
     to selected nodes.
     """
-    excluded = set(exclude)
+    kept = kept_fp32 or {}
+    excluded = set(exclude) | kept.keys()
     chosen: set[str] = set()
+    reasons: dict[str, str] = {}
     for node in model.graph:
-        rule = RULES.get(node.op_type)
-        if rule is None or node.domain not in ("", "ai.onnx") or node.name in excluded or node.op_type in excluded:
+        if not node.outputs or not is_float(node.outputs[0]):
             continue
-        if not is_float(node.outputs[0]):
-            continue
-        if rule.weight is not None and not _has_constant(node, rule.weight) and (node.op_type != "MatMul" or not activation_matmuls):
-            continue
-        if rule.same_range and not _fed_by(node, chosen):
-            continue
-        chosen.add(node.name)
-    return _with_movement_into_int8(model, _without_dead_end_movement(model, chosen), excluded)
+        rule = RULES.get(node.op_type) if node.domain in ("", "ai.onnx") else None
+        if node.name in kept:
+            reasons[node.name] = kept[node.name]
+        elif node.name in excluded or node.op_type in excluded:
+            reasons[node.name] = "excluded by the user"
+        elif rule is None:
+            if node.op_type not in ABSORBABLE_ACTIVATIONS:
+                reasons[node.name] = "no INT8 kernel in ONNX Runtime"
+        elif (
+            rule.weight is not None
+            and not _has_constant(node, rule.weight)
+            and (node.op_type != "MatMul" or not activation_matmuls)
+        ):
+            activations = node.op_type == "MatMul" and not activation_matmuls
+            reasons[node.name] = (
+                "a MatMul of two activations (attention), FP32 in this recipe"
+                if activations
+                else "its weight is not a constant"
+            )
+        elif rule.same_range and not _fed_by(node, chosen):
+            reasons[node.name] = OUTSIDE_INT8
+        else:
+            chosen.add(node.name)
+    chosen = _with_movement_into_int8(model, _without_dead_end_movement(model, chosen), excluded)
+    for name in reasons.keys() & chosen:
+        del reasons[name]
+    for node in model.graph:
+        if (
+            node.name not in chosen
+            and node.name not in reasons
+            and node.op_type in RULES
+            and is_float(node.outputs[0])
+        ):
+            reasons[node.name] = OUTSIDE_INT8  # dropped as a dead end
+    return Selection(frozenset(chosen), reasons)
+
+
+def decisions(
+    model: ir.Model, selection: Selection, absorbed: dict[str, str]
+) -> list[NodeDecision]:
+    """One decision per float compute node, in graph order: INT8 or FP32, and why."""
+    out = []
+    for node in model.graph:
+        if node.name in absorbed:
+            out.append(NodeDecision(node.name, node.op_type, "int8", "folded into the uint8 clamp"))
+        elif node.name in selection.int8:
+            out.append(NodeDecision(node.name, node.op_type, "int8"))
+        elif node.name in selection.fp32:
+            out.append(NodeDecision(node.name, node.op_type, "fp32", selection.fp32[node.name]))
+        elif node.op_type in ABSORBABLE_ACTIVATIONS and is_float(node.outputs[0]):
+            producer = node.inputs[0].producer()
+            before = (
+                "is an INT8 GEMM whose output stays float"
+                if producer is not None and producer.name in selection.int8
+                else "is FP32"
+            )
+            out.append(
+                NodeDecision(
+                    node.name,
+                    node.op_type,
+                    "fp32",
+                    f"the op before it {before} (a Relu runs in INT8 only as a uint8 clamp)",
+                )
+            )
+    return out
 
 
 def _with_movement_into_int8(model: ir.Model, chosen: set[str], excluded: set[str]) -> set[str]:
@@ -86,12 +175,21 @@ def _with_movement_into_int8(model: ir.Model, chosen: set[str], excluded: set[st
     the FP32 op's output, instead of in float with one per INT8 input."""
     for node in reversed(list(model.graph)):
         rule = RULES.get(node.op_type)
-        if rule is None or not rule.same_range or node.name in chosen or node.name in excluded or node.op_type in excluded:
+        if (
+            rule is None
+            or not rule.same_range
+            or node.name in chosen
+            or node.name in excluded
+            or node.op_type in excluded
+        ):
             continue
         if not is_float(node.outputs[0]):
             continue
         readers = list(node.outputs[0].uses())
-        if readers and all(user.name in chosen and index in RULES[user.op_type].activations for user, index in readers):
+        if readers and all(
+            user.name in chosen and index in RULES[user.op_type].activations
+            for user, index in readers
+        ):
             chosen.add(node.name)
     return chosen
 
@@ -100,19 +198,29 @@ def _without_dead_end_movement(model: ir.Model, chosen: set[str]) -> set[str]:
     """Drop data-movement ops no selected node reads from: moving uint8 data only to
     dequantize it again costs a Q/DQ pair and forces a requantization before it. Concat counts:
     before an FP32 Conv (its 3D-to-2D windows) it would round that Conv's input to uint8."""
-    movement = [n for n in model.graph if n.name in chosen and (RULES[n.op_type].same_range or n.op_type == "Concat")]
+    movement = [
+        n
+        for n in model.graph
+        if n.name in chosen and (RULES[n.op_type].same_range or n.op_type == "Concat")
+    ]
     changed = True
     while changed:
         changed = False
         for node in movement:
-            if node.name in chosen and not any(user.name in chosen for out in node.outputs for user, _ in out.uses()):
+            if node.name in chosen and not any(
+                user.name in chosen for out in node.outputs for user, _ in out.uses()
+            ):
                 chosen.discard(node.name)
                 changed = True
     return chosen
 
 
 def _has_constant(node: ir.Node, index: int) -> bool:
-    return len(node.inputs) > index and node.inputs[index] is not None and node.inputs[index].const_value is not None
+    return (
+        len(node.inputs) > index
+        and node.inputs[index] is not None
+        and node.inputs[index].const_value is not None
+    )
 
 
 def _fed_by(node: ir.Node, chosen: set[str]) -> bool:
@@ -120,6 +228,7 @@ def _fed_by(node: ir.Node, chosen: set[str]) -> bool:
     if producer is not None and producer.op_type in ABSORBABLE_ACTIVATIONS:
         producer = producer.inputs[0].producer()
     return producer is not None and producer.name in chosen
+
 
 # The transformer policy's FP32 ops beyond those with no INT8 rule (Softmax, LayerNormalization,
 # Gelu/Erf, ...): the residual-stream Adds and the scaling Muls, whose ranges are set by a few

@@ -9,7 +9,9 @@ import numpy as np
 
 QMIN_U8, QMAX_U8 = 0, 255
 INT32_MAX = np.iinfo(np.int32).max
-BIAS_HEADROOM = 2**30  # a widened weight scale leaves the int32 bias half its range: float32 scales round
+BIAS_HEADROOM = (
+    2**30
+)  # a widened weight scale leaves the int32 bias half its range: float32 scales round
 
 
 def activation_qparams(lo: float, hi: float) -> tuple[np.float32, np.uint8]:
@@ -21,7 +23,9 @@ def activation_qparams(lo: float, hi: float) -> tuple[np.float32, np.uint8]:
     return np.float32(scale), np.uint8(zero_point)
 
 
-def quantize_weight(weight: np.ndarray, axis: int | None, qmax: int, min_scale: np.ndarray | float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+def quantize_weight(
+    weight: np.ndarray, axis: int | None, qmax: int, min_scale: np.ndarray | float = 0.0
+) -> tuple[np.ndarray, np.ndarray]:
     """int8 weights in [-qmax, qmax] (symmetric: the negated range is representable too) and
     float32 scales of at least `min_scale`, per channel along `axis` (or one scale if None)."""
     if axis is None:
@@ -30,7 +34,11 @@ def quantize_weight(weight: np.ndarray, axis: int | None, qmax: int, min_scale: 
         reduce = tuple(i for i in range(weight.ndim) if i != axis)
         peak = np.abs(weight).max(axis=reduce)
     scale = np.maximum(np.where(peak > 0, peak / qmax, 1.0), min_scale).astype(np.float32)
-    shaped = scale if axis is None else scale.reshape([-1 if i == axis else 1 for i in range(weight.ndim)])
+    shaped = (
+        scale
+        if axis is None
+        else scale.reshape([-1 if i == axis else 1 for i in range(weight.ndim)])
+    )
     q = np.clip(np.round(weight / shaped), -qmax, qmax).astype(np.int8)
     return q, scale
 
@@ -40,9 +48,13 @@ def bias_weight_scale_floor(bias: np.ndarray, input_scale: np.float32) -> np.nda
     return np.abs(bias.astype(np.float64)) / (float(input_scale) * BIAS_HEADROOM)
 
 
-def quantize_bias(bias: np.ndarray, input_scale: np.float32, weight_scale: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def quantize_bias(
+    bias: np.ndarray, input_scale: np.float32, weight_scale: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     scale = (np.float32(input_scale) * weight_scale).astype(np.float32)
-    q = np.clip(np.round(bias.astype(np.float64) / scale), -INT32_MAX, INT32_MAX).astype(np.int32)  # float64: INT32_MAX rounds up in float32
+    q = np.clip(np.round(bias.astype(np.float64) / scale), -INT32_MAX, INT32_MAX).astype(
+        np.int32
+    )  # float64: INT32_MAX rounds up in float32
     return q, scale
 
 

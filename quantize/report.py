@@ -11,12 +11,15 @@ import json
 from collections import defaultdict
 from pathlib import Path
 
+from onnxio import write_text
 from quantize import bench
-from quantize.atomic import write_text
 from quantize.pipeline import QuantizeResult
+from quantize.recipe import Recipe
 from quantize.target import host_isa, host_target
 
-OUTPUT_FLOOR_DB = 20.0  # below it, or any layer below LAYER_FLOOR_DB, the summary says fidelity is low
+OUTPUT_FLOOR_DB = (
+    20.0  # below it, or any layer below LAYER_FLOOR_DB, the summary says fidelity is low
+)
 LAYER_FLOOR_DB = 0.0  # noise above signal
 
 
@@ -25,15 +28,19 @@ def summarize(result: QuantizeResult) -> dict:
     for d in result.decisions:
         by_type[d.op_type][d.precision] += 1
     return {
-        "recipe": result.config.to_dict(),
-        "calibration": {"samples": result.calibration_samples, "seconds": round(result.calibration_seconds, 2)},
+        "recipe": result.recipe.to_dict(),
+        "options": vars(result.options),
+        "calibration": {
+            "samples": result.calibration_samples,
+            "seconds": round(result.calibration_seconds, 2),
+        },
         "size_bytes": {"fp32": result.fp32_model.ByteSize(), "int8": result.model.ByteSize()},
         "coverage": {
             "by_op_type": dict(sorted(by_type.items())),
             "fp32_nodes": [vars(d) for d in result.decisions if d.precision == "fp32"],
             "ort_kernels": result.kernels,
         },
-        "kernel_timing": _kernel_timing(result.config),
+        "kernel_timing": _kernel_timing(result.recipe),
         "fidelity": fidelity(result.output_sqnr_db, result.layer_sqnr_db),
         "output_sqnr_db": result.output_sqnr_db,
         "sqnr_samples": result.sqnr_samples,
@@ -42,37 +49,55 @@ def summarize(result: QuantizeResult) -> dict:
 
 
 def fidelity(output_sqnr_db: dict[str, float], layer_sqnr_db: dict[str, float]) -> dict:
-    """"ok", or "low" with the worst layers and what to try: low fidelity is never silent."""
+    """ "ok", or "low" with the worst layers and what to try: low fidelity is never silent."""
     worst_output = min(output_sqnr_db.values(), default=float("inf"))
     worst_layers = dict(sorted(layer_sqnr_db.items(), key=lambda kv: kv[1])[:3])
     low = worst_output < OUTPUT_FLOOR_DB or any(db < LAYER_FLOOR_DB for db in worst_layers.values())
-    verdict = {"verdict": "low" if low else "ok", "output_sqnr_db_min": worst_output, "worst_layers_db": worst_layers}
+    verdict = {
+        "verdict": "low" if low else "ok",
+        "output_sqnr_db_min": worst_output,
+        "worst_layers_db": worst_layers,
+    }
     if low:
-        verdict["advice"] = (f"output SQNR {worst_output:.1f} dB (floor {OUTPUT_FLOOR_DB} dB), worst layers "
-                             + ", ".join(f"{name} {db:.1f} dB" for name, db in worst_layers.items())
-                             + ": keep the ops around them FP32 (--exclude NAME), bound a task metric's drop (--max-drop with --evaluate), "
-                             "or try another --method")
+        verdict["advice"] = (
+            f"output SQNR {worst_output:.1f} dB (floor {OUTPUT_FLOOR_DB} dB), worst layers "
+            + ", ".join(f"{name} {db:.1f} dB" for name, db in worst_layers.items())
+            + ": keep the ops around them FP32 (--exclude NAME), bound a task metric's drop (--max-drop with --evaluate), "
+            "or try another --method"
+        )
     return verdict
 
 
-def _kernel_timing(config) -> str:
-    if not config.time_kernels:
+def _kernel_timing(recipe: Recipe) -> str:
+    if not recipe.kernel_timing:
         return "off: every chosen node is INT8"
-    if config.target != host_target():
-        return f"not measured: the target {config.target} is not this CPU's ({host_target()})"
-    return f"measured on this CPU ({config.target}): nodes whose INT8 kernel is slower stay FP32"
+    if recipe.target != host_target():
+        return f"not measured: the target {recipe.target} is not this CPU's ({host_target()})"
+    return f"measured on this CPU ({recipe.target}): nodes whose INT8 kernel is slower stay FP32"
 
 
 def evaluate(summary: dict, result: QuantizeResult, evaluator=None, seconds: float = 3.0) -> dict:
     """The summary plus throughput FP32 vs INT8 on a held-out batch and, if given, the task metric."""
     report = dict(summary, isa=host_isa())
-    speed = bench.compare_sessions({"fp32": result.fp32_model, "int8": result.model},
-                                   result.held_out[0], result.config.threads, seconds)
-    report["throughput"] = dict(speed, speedup=speed["int8"]["throughput"] / speed["fp32"]["throughput"])
+    speed = bench.compare_sessions(
+        {"fp32": result.fp32_model, "int8": result.model},
+        result.held_out[0],
+        result.options.threads,
+        seconds,
+    )
+    report["throughput"] = dict(
+        speed, speedup=speed["int8"]["throughput"] / speed["fp32"]["throughput"]
+    )
     if evaluator is not None:
         before, after = evaluator.evaluate(result.fp32_model), evaluator.evaluate(result.model)
         drop = before - after if evaluator.higher_is_better else after - before
-        report["metric"] = {"evaluator": evaluator.name, "name": evaluator.metric, "fp32": before, "int8": after, "drop": drop}
+        report["metric"] = {
+            "evaluator": evaluator.name,
+            "name": evaluator.metric,
+            "fp32": before,
+            "int8": after,
+            "drop": drop,
+        }
         if hasattr(evaluator, "sections"):
             report["sections"] = evaluator.sections(result.fp32_model, result.model)
     return report
@@ -82,7 +107,13 @@ def write(report: dict, html_path: Path) -> Path:
     """Write `html_path` and the same data as JSON beside it; returns the JSON path."""
     html_path = Path(html_path)
     json_path = html_path.with_suffix(".json")
-    data = dict(report, sections=[{k: v for k, v in section.items() if k != "html"} for section in report.get("sections", [])])
+    data = dict(
+        report,
+        sections=[
+            {k: v for k, v in section.items() if k != "html"}
+            for section in report.get("sections", [])
+        ],
+    )
     write_text(json_path, json.dumps(data, indent=2, default=float))
     write_text(html_path, _html(report))
     return json_path
@@ -93,35 +124,55 @@ def _html(r: dict) -> str:
     rows = []
     if "metric" in r:
         m = r["metric"]
-        rows.append(f"<tr><th>{e(m['name'])}</th><td>{m['fp32']:.3f}</td><td>{m['int8']:.3f}</td><td>drop {m['drop']:.3f}</td></tr>")
+        rows.append(
+            f"<tr><th>{e(m['name'])}</th><td>{m['fp32']:.3f}</td><td>{m['int8']:.3f}</td><td>drop {m['drop']:.3f}</td></tr>"
+        )
     if "throughput" in r:
         t = r["throughput"]
-        rows.append(f"<tr><th>samples/s (batch {t['fp32']['batch']})</th><td>{t['fp32']['throughput']:.1f}</td><td>{t['int8']['throughput']:.1f}</td><td>{t['speedup']:.2f}x</td></tr>")
+        rows.append(
+            f"<tr><th>samples/s (batch {t['fp32']['batch']})</th><td>{t['fp32']['throughput']:.1f}</td><td>{t['int8']['throughput']:.1f}</td><td>{t['speedup']:.2f}x</td></tr>"
+        )
     s = r["size_bytes"]
-    rows.append(f"<tr><th>size (MB)</th><td>{s['fp32'] / 1e6:.2f}</td><td>{s['int8'] / 1e6:.2f}</td><td>{s['fp32'] / max(s['int8'], 1):.2f}x smaller</td></tr>")
+    rows.append(
+        f"<tr><th>size (MB)</th><td>{s['fp32'] / 1e6:.2f}</td><td>{s['int8'] / 1e6:.2f}</td><td>{s['fp32'] / max(s['int8'], 1):.2f}x smaller</td></tr>"
+    )
     for name, db in r["output_sqnr_db"].items():
-        rows.append(f"<tr><th>output SQNR {e(name)}</th><td colspan=3>{db:.1f} dB ({e(r['sqnr_samples'])})</td></tr>")
-    coverage = "".join(f"<tr><td>{e(op)}</td><td>{c['int8']}</td><td>{c['fp32']}</td></tr>" for op, c in r["coverage"]["by_op_type"].items())
-    fp32_nodes = "".join(f"<tr><td>{e(n['name'])}</td><td>{e(n['op_type'])}</td><td>{e(n['reason'])}</td></tr>" for n in r["coverage"]["fp32_nodes"])
-    kernels = "".join(f"<tr><td>{e(kind)}</td><td>{e(', '.join(f'{k} x{v}' for k, v in ops.items()))}</td></tr>" for kind, ops in r["coverage"]["ort_kernels"].items())
+        rows.append(
+            f"<tr><th>output SQNR {e(name)}</th><td colspan=3>{db:.1f} dB ({e(r['sqnr_samples'])})</td></tr>"
+        )
+    coverage = "".join(
+        f"<tr><td>{e(op)}</td><td>{c['int8']}</td><td>{c['fp32']}</td></tr>"
+        for op, c in r["coverage"]["by_op_type"].items()
+    )
+    fp32_nodes = "".join(
+        f"<tr><td>{e(n['name'])}</td><td>{e(n['op_type'])}</td><td>{e(n['reason'])}</td></tr>"
+        for n in r["coverage"]["fp32_nodes"]
+    )
+    kernels = "".join(
+        f"<tr><td>{e(kind)}</td><td>{e(', '.join(f'{k} x{v}' for k, v in ops.items()))}</td></tr>"
+        for kind, ops in r["coverage"]["ort_kernels"].items()
+    )
     layers = sorted(r["layer_sqnr_db"].items(), key=lambda kv: kv[1])
     top = max((db for _, db in layers if db != float("inf")), default=1.0) or 1.0
     layer_rows = "".join(
         f"<tr><td>{e(name)}</td><td>{db:.1f}</td><td><div class=bar style='width:{max(0.0, min(db, top)) / top * 300:.0f}px'></div></td></tr>"
-        for name, db in layers)
+        for name, db in layers
+    )
     isa = r.get("isa", {})
-    sections = "".join(f"<h2>{e(section['title'])}</h2>{section['html']}" for section in r.get("sections", []))
+    sections = "".join(
+        f"<h2>{e(section['title'])}</h2>{section['html']}" for section in r.get("sections", [])
+    )
     return f"""<!doctype html><html><head><meta charset=utf-8><title>quantize report</title><style>
 body{{font-family:system-ui,sans-serif;margin:2em;max-width:70em}} table{{border-collapse:collapse;margin:1em 0}}
 td,th{{border:1px solid #ccc;padding:.25em .6em;text-align:left}} .bar{{background:#4a7;height:.8em}}
 </style></head><body>
 <h1>INT8 validation report</h1>
 <p style="font-size:120%"><b>Verdict: {"fidelity is LOW" if r["fidelity"]["verdict"] == "low" else "fidelity ok"}</b>{": " + e(r["fidelity"]["advice"]) if "advice" in r["fidelity"] else f" (output SQNR at least {r['fidelity']['output_sqnr_db_min']:.1f} dB, floor {OUTPUT_FLOOR_DB:g} dB)"}.</p>
-<p>Recipe: <code>{e(json.dumps(r['recipe']))}</code><br>Calibration: {r['calibration']['samples']} samples in {r['calibration']['seconds']} s.
+<p>Recipe: <code>{e(json.dumps(r["recipe"]))}</code><br>Calibration: {r["calibration"]["samples"]} samples in {r["calibration"]["seconds"]} s.
 {f"<br>CPU: {e(isa.get('cpu', ''))}; INT8 path: {e(isa.get('int8_gemm_path', ''))}; ONNX Runtime {e(isa.get('onnxruntime', ''))}" if isa else ""}</p>
-<h2>FP32 vs INT8</h2><table><tr><th></th><th>FP32</th><th>INT8</th><th></th></tr>{''.join(rows)}</table>
+<h2>FP32 vs INT8</h2><table><tr><th></th><th>FP32</th><th>INT8</th><th></th></tr>{"".join(rows)}</table>
 <h2>INT8 coverage by op type</h2><table><tr><th>op</th><th>INT8</th><th>FP32</th></tr>{coverage}</table>
-<h2>Nodes left in FP32, and why</h2><table><tr><th>node</th><th>op</th><th>reason</th></tr>{fp32_nodes or '<tr><td colspan=3>none</td></tr>'}</table>
+<h2>Nodes left in FP32, and why</h2><table><tr><th>node</th><th>op</th><th>reason</th></tr>{fp32_nodes or "<tr><td colspan=3>none</td></tr>"}</table>
 <h2>Kernels ONNX Runtime executes</h2><table>{kernels}</table>
 {sections}
 <h2>Per-layer SQNR (dB, worst first)</h2><table><tr><th>tensor</th><th>dB</th><th></th></tr>{layer_rows}</table>

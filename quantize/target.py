@@ -90,7 +90,13 @@ def cpu_flags() -> frozenset[str]:
     leaf7 = regs(7, 0) if max_leaf >= 7 else (0, 0, 0, 0)
     leaf7_1 = regs(7, 1) if max_leaf >= 7 and leaf7[0] >= 1 else (0, 0, 0, 0)
     xcr0 = _xgetbv() if leaf1[2] >> 27 & 1 else 0  # OSXSAVE: the OS saves the wide registers
-    words = {"leaf7_ebx": leaf7[1], "leaf7_ecx": leaf7[2], "leaf7_edx": leaf7[3], "leaf7_1_eax": leaf7_1[0], "leaf7_1_edx": leaf7_1[3]}
+    words = {
+        "leaf7_ebx": leaf7[1],
+        "leaf7_ecx": leaf7[2],
+        "leaf7_edx": leaf7[3],
+        "leaf7_1_eax": leaf7_1[0],
+        "leaf7_1_edx": leaf7_1[3],
+    }
     present = {name for name, (word, bit) in _FEATURE_BITS.items() if words[word] >> bit & 1}
     if xcr0 & 0b110 != 0b110:  # XMM and YMM state
         return frozenset()
@@ -109,15 +115,24 @@ def probe_saturates() -> bool:
 
     a = np.full((8, 256), 255, np.uint8)
     w = np.full((256, 64), 127, np.int8)
-    graph = helper.make_graph([helper.make_node("MatMulInteger", ["a", "w"], ["y"])], "probe",
-                              [helper.make_tensor_value_info("a", TensorProto.UINT8, a.shape)],
-                              [helper.make_tensor_value_info("y", TensorProto.INT32, (8, 64))],
-                              [helper.make_tensor(name="w", data_type=TensorProto.INT8, dims=w.shape, vals=w.tobytes(), raw=True)])
+    graph = helper.make_graph(
+        [helper.make_node("MatMulInteger", ["a", "w"], ["y"])],
+        "probe",
+        [helper.make_tensor_value_info("a", TensorProto.UINT8, a.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.INT32, (8, 64))],
+        [
+            helper.make_tensor(
+                name="w", data_type=TensorProto.INT8, dims=w.shape, vals=w.tobytes(), raw=True
+            )
+        ],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     model.ir_version = 8
     options = ort.SessionOptions()
     options.log_severity_level = 3
-    got = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"]).run(None, {"a": a})[0]
+    got = ort.InferenceSession(
+        model.SerializeToString(), options, providers=["CPUExecutionProvider"]
+    ).run(None, {"a": a})[0]
     return not np.array_equal(got, a.astype(np.int64) @ w.astype(np.int64))
 
 
@@ -157,7 +172,9 @@ def _cpuid_reader():
     if platform.machine() not in ("x86_64", "AMD64") or platform.system() != "Linux":
         return None
     try:
-        call = _machine_function(_CPUID_CODE, None, ctypes.c_uint32, ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint32))
+        call = _machine_function(
+            _CPUID_CODE, None, ctypes.c_uint32, ctypes.c_uint32, ctypes.POINTER(ctypes.c_uint32)
+        )
     except (OSError, ValueError, PermissionError):  # no executable pages allowed here
         return None
 
@@ -188,8 +205,8 @@ def _proc_flags() -> set[str]:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
         return set()
-    line = next((l for l in text.splitlines() if l.startswith("flags")), "")
-    return set(line.split(":", 1)[-1].split())
+    flags = next((row for row in text.splitlines() if row.startswith("flags")), "")
+    return set(flags.split(":", 1)[-1].split())
 
 
 def _cpu_name() -> str:
@@ -197,7 +214,10 @@ def _cpu_name() -> str:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
         return platform.processor() or "unknown"
-    return next((l.split(":", 1)[1].strip() for l in text.splitlines() if l.startswith("model name")), "unknown")
+    return next(
+        (row.split(":", 1)[1].strip() for row in text.splitlines() if row.startswith("model name")),
+        "unknown",
+    )
 
 
 def _path_name(flags: frozenset[str], target: str) -> str:

@@ -14,25 +14,39 @@ def sqnr_db(reference: np.ndarray, approximation: np.ndarray) -> float:
     return float(10 * np.log10(signal / noise)) if signal > 0 else float("-inf")
 
 
-def output_sqnr(fp32: onnx.ModelProto, int8: onnx.ModelProto, batches: list[dict], threads: int = 0) -> dict[str, float]:
+def output_sqnr(
+    fp32: onnx.ModelProto, int8: onnx.ModelProto, batches: list[dict], threads: int = 0
+) -> dict[str, float]:
     """SQNR of every model output over `batches`, the INT8 model run with ORT's fused kernels."""
     ref_sess, q_sess = session(fp32, threads), session(int8, threads)
     names = [o.name for o in ref_sess.get_outputs()]
     ref = [ref_sess.run(names, b) for b in batches]
     got = [q_sess.run(names, b) for b in batches]
     # raveled: feeds of a sequence model may differ in shape from batch to batch
-    return {name: sqnr_db(np.concatenate([r[i].ravel() for r in ref]), np.concatenate([g[i].ravel() for g in got])) for i, name in enumerate(names)}
+    return {
+        name: sqnr_db(
+            np.concatenate([r[i].ravel() for r in ref]), np.concatenate([g[i].ravel() for g in got])
+        )
+        for i, name in enumerate(names)
+    }
 
 
-def layer_sqnr(fp32: onnx.ModelProto, int8: onnx.ModelProto, clamped: set[str], batch: dict, threads: int = 0) -> dict[str, float]:
+def layer_sqnr(
+    fp32: onnx.ModelProto, int8: onnx.ModelProto, clamped: set[str], batch: dict, threads: int = 0
+) -> dict[str, float]:
     """SQNR of each quantized activation (the DequantizeLinear output vs the FP32 tensor).
 
     `clamped` names tensors whose following Relu was absorbed: their FP32 reference is relu(t).
     """
     suffix = "_dequantized"
     fp32_names = {o for n in fp32.graph.node for o in n.output}
-    pairs = {o[: -len(suffix)]: o for n in int8.graph.node if n.op_type == "DequantizeLinear"
-             for o in n.output if o.endswith(suffix) and o[: -len(suffix)] in fp32_names}
+    pairs = {
+        o[: -len(suffix)]: o
+        for n in int8.graph.node
+        if n.op_type == "DequantizeLinear"
+        for o in n.output
+        if o.endswith(suffix) and o[: -len(suffix)] in fp32_names
+    }
     if not pairs:
         return {}
     ref = run_with_outputs(fp32, list(pairs), batch, threads)
@@ -43,9 +57,15 @@ def layer_sqnr(fp32: onnx.ModelProto, int8: onnx.ModelProto, clamped: set[str], 
     return result
 
 
-def run_with_outputs(model: onnx.ModelProto, names: list[str], batch: dict, threads: int) -> list[np.ndarray]:
+def run_with_outputs(
+    model: onnx.ModelProto, names: list[str], batch: dict, threads: int
+) -> list[np.ndarray]:
     exposed = onnx.ModelProto()
     exposed.CopyFrom(model)
     present = {o.name for o in exposed.graph.output}
-    exposed.graph.output.extend(onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None) for n in names if n not in present)
+    exposed.graph.output.extend(
+        onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None)
+        for n in names
+        if n not in present
+    )
     return session(exposed, threads).run(names, batch)

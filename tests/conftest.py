@@ -20,23 +20,42 @@ def _init(name, array):
     return numpy_helper.from_array(np.asarray(array), name)
 
 
-def conv_net(opset: int = 17, batchnorm: bool = True, channels: int = 8, size: int = 16) -> onnx.ModelProto:
+def conv_net(
+    opset: int = 17, batchnorm: bool = True, channels: int = 8, size: int = 16
+) -> onnx.ModelProto:
     """x(N,3,size,size) -> Conv -> [BatchNorm] -> Relu -> MaxPool -> Conv -> Add(skip) -> Relu
     -> GlobalAveragePool -> Flatten -> Gemm -> logits(N,10). The same weights on every call."""
     global RNG
     RNG = np.random.default_rng(0)
     c = channels
     nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1")]
-    inits = [_init("w1", RNG.normal(0, 0.3, (c, 3, 3, 3)).astype(np.float32)), _init("b1", RNG.normal(0, 0.1, c).astype(np.float32))]
+    inits = [
+        _init("w1", RNG.normal(0, 0.3, (c, 3, 3, 3)).astype(np.float32)),
+        _init("b1", RNG.normal(0, 0.1, c).astype(np.float32)),
+    ]
     first = "c1"
     if batchnorm:
-        nodes.append(helper.make_node("BatchNormalization", ["c1", "g", "beta", "mu", "var"], ["bn1"], epsilon=1e-3, name="bn1"))
-        inits += [_init("g", RNG.uniform(0.5, 1.5, c).astype(np.float32)), _init("beta", RNG.normal(0, 0.1, c).astype(np.float32)),
-                  _init("mu", RNG.normal(0, 0.1, c).astype(np.float32)), _init("var", RNG.uniform(0.5, 2, c).astype(np.float32))]
+        nodes.append(
+            helper.make_node(
+                "BatchNormalization",
+                ["c1", "g", "beta", "mu", "var"],
+                ["bn1"],
+                epsilon=1e-3,
+                name="bn1",
+            )
+        )
+        inits += [
+            _init("g", RNG.uniform(0.5, 1.5, c).astype(np.float32)),
+            _init("beta", RNG.normal(0, 0.1, c).astype(np.float32)),
+            _init("mu", RNG.normal(0, 0.1, c).astype(np.float32)),
+            _init("var", RNG.uniform(0.5, 2, c).astype(np.float32)),
+        ]
         first = "bn1"
     nodes += [
         helper.make_node("Relu", [first], ["r1"], name="relu1"),
-        helper.make_node("MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2], name="pool1"),
+        helper.make_node(
+            "MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2], name="pool1"
+        ),
         helper.make_node("Conv", ["p1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1], name="conv2"),
         helper.make_node("Add", ["c2", "p1"], ["a1"], name="add1"),
         helper.make_node("Relu", ["a1"], ["r2"], name="relu2"),
@@ -44,10 +63,19 @@ def conv_net(opset: int = 17, batchnorm: bool = True, channels: int = 8, size: i
         helper.make_node("Flatten", ["gap"], ["flat"], name="flatten"),
         helper.make_node("Gemm", ["flat", "wf", "bf"], ["logits"], transB=1, name="fc"),
     ]
-    inits += [_init("w2", RNG.normal(0, 0.2, (c, c, 3, 3)).astype(np.float32)), _init("b2", RNG.normal(0, 0.1, c).astype(np.float32)),
-              _init("wf", RNG.normal(0, 0.3, (10, c)).astype(np.float32)), _init("bf", RNG.normal(0, 0.1, 10).astype(np.float32))]
-    graph = helper.make_graph(nodes, "conv_net", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, size, size])],
-                              [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 10])], inits)
+    inits += [
+        _init("w2", RNG.normal(0, 0.2, (c, c, 3, 3)).astype(np.float32)),
+        _init("b2", RNG.normal(0, 0.1, c).astype(np.float32)),
+        _init("wf", RNG.normal(0, 0.3, (10, c)).astype(np.float32)),
+        _init("bf", RNG.normal(0, 0.1, 10).astype(np.float32)),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "conv_net",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, size, size])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 10])],
+        inits,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
     model.ir_version = 7 if opset < 15 else 8
     onnx.checker.check_model(model)
@@ -86,15 +114,27 @@ def mixed_ops_net() -> onnx.ModelProto:
         helper.make_node("Resize", ["cat", "", "scales"], ["up"], mode="nearest", name="resize"),
         helper.make_node("Conv", ["up", "w3"], ["c"], pads=[1, 1, 1, 1], name="conv_c"),
         helper.make_node("LeakyRelu", ["c"], ["lr"], alpha=0.2, name="leaky"),
-        helper.make_node("AveragePool", ["lr"], ["ap"], kernel_shape=[2, 2], strides=[2, 2], name="avgpool"),
+        helper.make_node(
+            "AveragePool", ["lr"], ["ap"], kernel_shape=[2, 2], strides=[2, 2], name="avgpool"
+        ),
         helper.make_node("Sigmoid", ["ap"], ["sg"], name="sigmoid"),
         helper.make_node("Mul", ["sg", "ap"], ["m"], name="mul"),
         helper.make_node("Conv", ["m", "w4"], ["y"], name="conv_out"),
     ]
-    inits = [weight("w1", (8, 3, 3, 3)), weight("w2", (8, 3, 3, 3)), _init("scales", np.array([1, 1, 2, 2], np.float32)),
-             weight("w3", (8, 16, 3, 3)), weight("w4", (4, 8, 1, 1))]
-    graph = helper.make_graph(nodes, "mixed", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 16, 16])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, 16, 16])], inits)
+    inits = [
+        weight("w1", (8, 3, 3, 3)),
+        weight("w2", (8, 3, 3, 3)),
+        _init("scales", np.array([1, 1, 2, 2], np.float32)),
+        weight("w3", (8, 16, 3, 3)),
+        weight("w4", (4, 8, 1, 1)),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "mixed",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, 16, 16])],
+        inits,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model
@@ -113,12 +153,24 @@ def token_net(vocab: int = 100, width: int = 32, length: int = 12) -> onnx.Model
         helper.make_node("MatMul", ["r", "w2"], ["o"], name="ffn2"),
         helper.make_node("Softmax", ["o"], ["y"], axis=-1, name="softmax"),
     ]
-    inits = [_init("emb", rng.normal(0, 1, (vocab, width)).astype(np.float32)), _init("axis", np.array([2], np.int64)),
-             _init("w1", rng.normal(0, 0.2, (width, 64)).astype(np.float32)), _init("b1", rng.normal(0, 0.1, 64).astype(np.float32)),
-             _init("w2", rng.normal(0, 0.2, (64, width)).astype(np.float32))]
-    inputs = [helper.make_tensor_value_info("ids", TensorProto.INT64, ["N", length]),
-              helper.make_tensor_value_info("mask", TensorProto.FLOAT, ["N", length])]
-    graph = helper.make_graph(nodes, "tokens", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", length, width])], inits)
+    inits = [
+        _init("emb", rng.normal(0, 1, (vocab, width)).astype(np.float32)),
+        _init("axis", np.array([2], np.int64)),
+        _init("w1", rng.normal(0, 0.2, (width, 64)).astype(np.float32)),
+        _init("b1", rng.normal(0, 0.1, 64).astype(np.float32)),
+        _init("w2", rng.normal(0, 0.2, (64, width)).astype(np.float32)),
+    ]
+    inputs = [
+        helper.make_tensor_value_info("ids", TensorProto.INT64, ["N", length]),
+        helper.make_tensor_value_info("mask", TensorProto.FLOAT, ["N", length]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "tokens",
+        inputs,
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", length, width])],
+        inits,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model
@@ -132,10 +184,17 @@ def outlier_mlp() -> onnx.ModelProto:
     up[:, 3] *= 100
     down = rng.normal(0, 0.3, (16, 16)).astype(np.float32)
     down[3] *= 0.001
-    nodes = [helper.make_node("MatMul", ["x", "w_up"], ["h"], name="up"), helper.make_node("MatMul", ["h", "w_down"], ["y"], name="down")]
-    graph = helper.make_graph(nodes, "two", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 16])],
-                              [numpy_helper.from_array(up, "w_up"), numpy_helper.from_array(down, "w_down")])
+    nodes = [
+        helper.make_node("MatMul", ["x", "w_up"], ["h"], name="up"),
+        helper.make_node("MatMul", ["h", "w_down"], ["y"], name="down"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "two",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 16])],
+        [numpy_helper.from_array(up, "w_up"), numpy_helper.from_array(down, "w_down")],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model

@@ -1,9 +1,18 @@
 import os
 import time
+
 import numpy as np
 import pytest
 
-from quantize.batcher import BatcherConfig, StreamPool, core_groups, pack, padding_fraction, run_batches, run_packed
+from quantize.batcher import (
+    BatcherConfig,
+    StreamPool,
+    core_groups,
+    pack,
+    padding_fraction,
+    run_batches,
+    run_packed,
+)
 
 
 def test_packing_respects_the_token_budget_and_covers_every_request_once():
@@ -41,13 +50,21 @@ def test_results_come_back_in_input_order_from_parallel_pinned_stream_processes(
         where = (os.getpid(), tuple(sorted(os.sched_getaffinity(0))), threads)
 
         def run(batch):
-            time.sleep(0.05)  # work that lasts: on a loaded machine a stream started late still gets batches
+            time.sleep(
+                0.05
+            )  # work that lasts: on a loaded machine a stream started late still gets batches
             return [(r.upper(), where) for r in batch]
+
         return run
 
     streams = min(2, len(os.sched_getaffinity(0)))
     before = os.sched_getaffinity(0)
-    out = run_packed(requests, [len(r) for r in requests], make_runner, BatcherConfig(token_budget=40, streams=streams))
+    out = run_packed(
+        requests,
+        [len(r) for r in requests],
+        make_runner,
+        BatcherConfig(token_budget=40, streams=streams),
+    )
     assert [text for text, _ in out] == [r.upper() for r in requests]
     streams_seen = {where for _, where in out}
     assert {pid for pid, _, _ in streams_seen}.isdisjoint({os.getpid()})
@@ -59,9 +76,11 @@ def test_results_come_back_in_input_order_from_parallel_pinned_stream_processes(
 def test_a_pool_serves_many_runs_with_the_instances_it_built_once():
     def make_runner(threads):
         calls = []
+
         def run(batch):
             calls.append(len(batch))
             return [(r, os.getpid(), len(calls)) for r in batch]
+
         return run
 
     with StreamPool(make_runner, streams=1) as pool:
@@ -74,7 +93,12 @@ def test_a_pool_serves_many_runs_with_the_instances_it_built_once():
 
 def test_progress_reaches_the_total_and_a_failing_batch_raises_in_the_caller():
     progress = []
-    run_batches(list(range(10)), [[0, 1, 2], [3, 4, 5, 6, 7, 8, 9]], lambda t: (lambda b: b), progress=lambda d, n: progress.append((d, n)))
+    run_batches(
+        list(range(10)),
+        [[0, 1, 2], [3, 4, 5, 6, 7, 8, 9]],
+        lambda t: lambda b: b,
+        progress=lambda d, n: progress.append((d, n)),
+    )
     assert progress[-1] == (10, 10)
 
     def broken(threads):
@@ -94,12 +118,12 @@ def test_progress_reaches_the_total_and_a_failing_batch_raises_in_the_caller():
 
 def test_a_stream_process_that_dies_is_reported_instead_of_waited_for():
     with pytest.raises(RuntimeError, match="died"):
-        run_batches([1, 2], [[0], [1]], lambda threads: (lambda batch: os._exit(3)))
+        run_batches([1, 2], [[0], [1]], lambda threads: lambda batch: os._exit(3))
 
 
 def test_results_that_cannot_be_pickled_fail_their_batch_instead_of_hanging():
     with pytest.raises(Exception, match="pickle"):
-        run_batches([1, 2], [[0, 1]], lambda threads: (lambda batch: [lambda: x for x in batch]))
+        run_batches([1, 2], [[0, 1]], lambda threads: lambda batch: [lambda: x for x in batch])  # noqa: B023 - unpicklable on purpose
 
 
 def test_too_many_streams_for_the_cores_is_refused():
@@ -116,7 +140,7 @@ def test_a_pool_after_a_failed_run_or_close_refuses_at_once_instead_of_waiting()
         pool.run([1, 2], [[0, 1]])
     with pytest.raises(RuntimeError, match="closed"):
         pool.run([1, 2], [[0, 1]])
-    with StreamPool(lambda threads: (lambda batch: batch)) as pool:
+    with StreamPool(lambda threads: lambda batch: batch) as pool:
         assert pool.run([1, 2], [[0], [1]]) == [1, 2]
     with pytest.raises(RuntimeError, match="closed"):
         pool.run([1, 2], [[0, 1]])
@@ -130,11 +154,27 @@ def test_no_stream_at_all_is_refused(streams):
         BatcherConfig(streams=streams)
 
 
-@pytest.mark.parametrize("option, value, expected", [("--streams", "0", "must be at least 1"), ("--streams", "-1", "must be at least 1"),
-                                                     ("--streams", "99", "cores, one stream needs one"), ("--beam", "0", "must be at least 1")])
+@pytest.mark.parametrize(
+    "option, value, expected",
+    [
+        ("--streams", "0", "must be at least 1"),
+        ("--streams", "-1", "must be at least 1"),
+        ("--streams", "99", "cores, one stream needs one"),
+        ("--beam", "0", "must be at least 1"),
+    ],
+)
 def test_translate_options_out_of_range_get_one_line_and_exit_2(option, value, expected):
     import subprocess
     import sys
 
-    run = subprocess.run([sys.executable, "-m", "models.translator", "translate", option, value], input="", capture_output=True, text=True)
-    assert run.returncode == 2 and expected in run.stderr.strip().splitlines()[-1] and "Traceback" not in run.stderr
+    run = subprocess.run(
+        [sys.executable, "-m", "models.translator", "translate", option, value],
+        input="",
+        capture_output=True,
+        text=True,
+    )
+    assert (
+        run.returncode == 2
+        and expected in run.stderr.strip().splitlines()[-1]
+        and "Traceback" not in run.stderr
+    )

@@ -4,10 +4,13 @@ import pytest
 from PIL import Image
 
 from calibration import ImagePreprocess, InputSpec, open_calibration
-from quantize.errors import QuantizeError
+from onnxio import InputError
 
 SPEC = [InputSpec("x", (None, 3, 4, 4), np.dtype(np.float32))]
-TWO = [InputSpec("a", (None, 2), np.dtype(np.float32)), InputSpec("b", (None, 5), np.dtype(np.float32))]
+TWO = [
+    InputSpec("a", (None, 2), np.dtype(np.float32)),
+    InputSpec("b", (None, 5), np.dtype(np.float32)),
+]
 
 
 def _all(source, batch=7):
@@ -42,7 +45,9 @@ def test_hdf5_by_input_names_and_by_dataset(tmp_path):
         f["x"] = data
         f["other"] = data * 2
     np.testing.assert_array_equal(_all(open_calibration(tmp_path / "c.h5", SPEC))["x"], data)
-    np.testing.assert_array_equal(_all(open_calibration(f"{tmp_path / 'c.h5'}:other", SPEC))["x"], data * 2)
+    np.testing.assert_array_equal(
+        _all(open_calibration(f"{tmp_path / 'c.h5'}:other", SPEC))["x"], data * 2
+    )
 
 
 def test_image_directory_is_resized_normalised_and_laid_out(tmp_path):
@@ -52,11 +57,13 @@ def test_image_directory_is_resized_normalised_and_laid_out(tmp_path):
     prep = ImagePreprocess(scale=1 / 255, mean=(0.5, 0.5, 0.5), std=(0.5, 0.5, 0.5), layout="NCHW")
     batch = _all(open_calibration(tmp_path, SPEC, prep))["x"]
     assert batch.shape == (5, 3, 4, 4)
-    np.testing.assert_allclose(batch[:, 0, 0, 0], [(50 * i / 255 - 0.5) / 0.5 for i in range(5)], atol=1e-6)
+    np.testing.assert_allclose(
+        batch[:, 0, 0, 0], [(50 * i / 255 - 0.5) / 0.5 for i in range(5)], atol=1e-6
+    )
 
 
 def _error(tmp_path, name, spec=SPEC):
-    with pytest.raises(QuantizeError) as info:
+    with pytest.raises(InputError) as info:
         source = open_calibration(tmp_path / name, spec)
         _all(source)
     return str(info.value)

@@ -25,26 +25,43 @@ PROBE = textwrap.dedent("""
 
 def _model(path):
     rng = np.random.default_rng(0)
-    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c1"], ["r1"]),
-             helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1])]
-    inits = [numpy_helper.from_array(rng.normal(0, 0.2, (32, 3, 3, 3)).astype(np.float32), "w1"),
-             numpy_helper.from_array(rng.normal(0, 0.1, (32, 32, 3, 3)).astype(np.float32), "w2")]
-    graph = helper.make_graph(nodes, "m", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 64, 64])],
-                              [helper.make_tensor_value_info("c2", TensorProto.FLOAT, ["N", 32, 64, 64])], inits)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2"], ["c2"], pads=[1, 1, 1, 1]),
+    ]
+    inits = [
+        numpy_helper.from_array(rng.normal(0, 0.2, (32, 3, 3, 3)).astype(np.float32), "w1"),
+        numpy_helper.from_array(rng.normal(0, 0.1, (32, 32, 3, 3)).astype(np.float32), "w2"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "m",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 64, 64])],
+        [helper.make_tensor_value_info("c2", TensorProto.FLOAT, ["N", 32, 64, 64])],
+        inits,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, str(path))
 
 
 def _peak_kib(model, data, samples):
-    run = subprocess.run([sys.executable, "-c", PROBE, str(model), str(data), str(samples)], capture_output=True, text=True)
+    run = subprocess.run(
+        [sys.executable, "-c", PROBE, str(model), str(data), str(samples)],
+        capture_output=True,
+        text=True,
+    )
     assert run.returncode == 0, run.stderr
     return json.loads(run.stdout.strip().splitlines()[-1])["peak_kib"]
 
 
 def test_1000_samples_take_no_more_peak_memory_than_100(tmp_path):
     _model(tmp_path / "m.onnx")
-    np.save(tmp_path / "x.npy", np.random.default_rng(1).normal(size=(1000, 3, 64, 64)).astype(np.float32))
+    np.save(
+        tmp_path / "x.npy",
+        np.random.default_rng(1).normal(size=(1000, 3, 64, 64)).astype(np.float32),
+    )
     small = _peak_kib(tmp_path / "m.onnx", tmp_path / "x.npy", 100)
     large = _peak_kib(tmp_path / "m.onnx", tmp_path / "x.npy", 1000)
     # The data file (47 MiB) is memory-mapped: pages read stay resident, so allow for it.

@@ -9,35 +9,80 @@ import sys
 import h5py
 import numpy as np
 import pytest
-
 import tensorflow  # noqa: F401  (a required dependency: missing, it fails the suite)
 
 
 def _run(module: str, *args, cache=None):
     env = dict(os.environ, QUANTIZE_CACHE=str(cache)) if cache else None
-    return subprocess.run([sys.executable, "-m", module, *map(str, args)], capture_output=True, text=True, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", module, *map(str, args)], capture_output=True, text=True, env=env
+    )
 
 
 def test_train_quantize_generate_compare(tmp_path):
     cache = tmp_path / "cache"
-    assert _run("models.calogan", "train", "--showers", "32", "--batch", "16", "--epochs", "1", cache=cache).returncode == 0
+    assert (
+        _run(
+            "models.calogan",
+            "train",
+            "--showers",
+            "32",
+            "--batch",
+            "16",
+            "--epochs",
+            "1",
+            cache=cache,
+        ).returncode
+        == 0
+    )
     assert _run("models.calogan", "quantize", "--samples", "10", cache=cache).returncode == 2
     run = _run("models.calogan", "quantize", "--ranges", "2", "--samples", "256", cache=cache)
     assert run.returncode == 0, run.stderr
     manifest = json.loads((cache / "calogan" / "int8" / "ranges.json").read_text())
-    assert manifest["edges_gev"] == pytest.approx([10.0, 500 ** 0.5 * 10 ** 0.5, 500.0])
+    assert manifest["edges_gev"] == pytest.approx([10.0, 500**0.5 * 10**0.5, 500.0])
     for flags, name in (([], "fp32.h5"), (["--int8", cache / "calogan" / "int8"], "int8.h5")):
-        run = _run("models.calogan", "generate", "-o", tmp_path / name, "--showers", "40", "--energy", "90", "110", *flags, cache=cache)
+        run = _run(
+            "models.calogan",
+            "generate",
+            "-o",
+            tmp_path / name,
+            "--showers",
+            "40",
+            "--energy",
+            "90",
+            "110",
+            *flags,
+            cache=cache,
+        )
         assert run.returncode == 0, run.stderr
     with h5py.File(tmp_path / "int8.h5") as f:
-        assert f["ECAL"].shape == (40, 25, 25, 25) and np.all((f["energy"][:] >= 90) & (f["energy"][:] <= 110))
+        assert f["ECAL"].shape == (40, 25, 25, 25) and np.all(
+            (f["energy"][:] >= 90) & (f["energy"][:] <= 110)
+        )
         assert np.all(f["target"][:, 1] == f["energy"][:])
-    run = _run("physics_metrics", tmp_path / "fp32.h5", tmp_path / "int8.h5", "--bins", "100", "--half-width", "10")
+    run = _run(
+        "physics_metrics",
+        tmp_path / "fp32.h5",
+        tmp_path / "int8.h5",
+        "--bins",
+        "100",
+        "--half-width",
+        "10",
+    )
     assert run.returncode == 0 and "3DGAN combined metric" in run.stdout
 
 
 def test_generate_refuses_energies_outside_the_trained_range(tmp_path):
-    run = _run("models.calogan", "generate", "-o", tmp_path / "x.h5", "--energy", "1", "600", cache=tmp_path)
+    run = _run(
+        "models.calogan",
+        "generate",
+        "-o",
+        tmp_path / "x.h5",
+        "--energy",
+        "1",
+        "600",
+        cache=tmp_path,
+    )
     assert run.returncode == 2 and "trained range" in run.stderr and "Traceback" not in run.stderr
     assert not (tmp_path / "x.h5").exists()
 
@@ -46,5 +91,11 @@ def test_a_broken_int8_folder_is_one_clear_error(tmp_path):
     folder = tmp_path / "int8"
     folder.mkdir()
     (folder / "ranges.json").write_text(json.dumps({"edges_gev": [10, 5], "models": ["a.onnx"]}))
-    run = _run("models.calogan", "generate", "-o", tmp_path / "x.h5", "--int8", folder, cache=tmp_path)
-    assert run.returncode == 2 and "increasing energy edges" in run.stderr and "Traceback" not in run.stderr
+    run = _run(
+        "models.calogan", "generate", "-o", tmp_path / "x.h5", "--int8", folder, cache=tmp_path
+    )
+    assert (
+        run.returncode == 2
+        and "increasing energy edges" in run.stderr
+        and "Traceback" not in run.stderr
+    )

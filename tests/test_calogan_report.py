@@ -3,19 +3,18 @@ FP32 and INT8 generators against simulated showers, with plots, and extra genera
 
 import json
 
+import keras
+import matplotlib  # noqa: F401  (a required dependency: missing, it fails the suite)
 import numpy as np
 import onnx
 import pytest
 
-import keras
-import matplotlib  # noqa: F401  (a required dependency: missing, it fails the suite)
-
 from models.calogan.evaluate import PhysicsEvaluator  # noqa: E402
-from models.calogan.generate import int8_config, latents, onnx_source  # noqa: E402
+from models.calogan.generate import latents, onnx_source  # noqa: E402
 from models.calogan.network import generator  # noqa: E402
 from models.calogan.train import CELL_SCALE  # noqa: E402
 from physics_metrics.features import HIT_THRESHOLD_GEV  # noqa: E402
-from quantize import quantize_, report  # noqa: E402
+from quantize import Recipe, RunOptions, quantize, report  # noqa: E402
 from quantize.frontend.tensorflow import keras_to_onnx  # noqa: E402
 
 
@@ -23,8 +22,15 @@ def test_report_has_the_physics_section_with_a_rival_beside_ours(tmp_path):
     keras.utils.set_random_seed(0)
     fp32 = keras_to_onnx(generator())
     onnx.save(fp32, tmp_path / "g.onnx")
-    np.save(tmp_path / "latents.npy", latents(np.random.default_rng(0).uniform(10, 500, 96), seed=1))
-    result = quantize_(tmp_path / "g.onnx", tmp_path / "latents.npy", int8_config(fp32, calib_samples=64))
+    np.save(
+        tmp_path / "latents.npy", latents(np.random.default_rng(0).uniform(10, 500, 96), seed=1)
+    )
+    result = quantize(
+        tmp_path / "g.onnx",
+        tmp_path / "latents.npy",
+        Recipe.generator(fp32),
+        RunOptions(calib_samples=64),
+    )
     halved = onnx_source(fp32)
     evaluator = PhysicsEvaluator(per_bin=12, extra={"half FP32": lambda z, e: 0.5 * halved(z, e)})
     summary = report.evaluate(report.summarize(result), result, evaluator, seconds=0.2)
@@ -32,11 +38,15 @@ def test_report_has_the_physics_section_with_a_rival_beside_ours(tmp_path):
 
     physics = json.loads(json_path.read_text())["sections"][0]["data"]
     assert set(physics["vs_reference"]) == {"FP32", "INT8 (quantize)", "half FP32"}
-    assert summary["metric"]["fp32"] == pytest.approx(physics["vs_reference"]["FP32"]["combined_3dgan"])
+    assert summary["metric"]["fp32"] == pytest.approx(
+        physics["vs_reference"]["FP32"]["combined_3dgan"]
+    )
     shifts = [row["sampling_fraction_shift"] for row in physics["vs_baseline"]["half FP32"]["bins"]]
     np.testing.assert_allclose(shifts, -0.5, atol=1e-4)  # the extra generator saw the same latents
     page = (tmp_path / "report.html").read_text()
-    assert "Physics: 84 showers in 7 energy bins" in page and page.count("data:image/png;base64,") == 5
+    assert (
+        "Physics: 84 showers in 7 energy bins" in page and page.count("data:image/png;base64,") == 5
+    )
     assert "data:image/png" not in json_path.read_text()
 
 
@@ -47,14 +57,27 @@ def test_energy_range_models_route_each_shower_to_the_model_of_its_range(tmp_pat
     onnx.save(keras_to_onnx(generator()), tmp_path / "g.onnx")
     ranges = quantize_by_energy(tmp_path / "g.onnx", energy_edges(2, 2.0, 200.0), samples=64)
     assert ranges.edges.tolist() == pytest.approx([2.0, 20.0, 200.0])
-    np.testing.assert_array_equal(ranges.model_index(np.array([1.0, 5.0, 19.5, 20.5, 150.0, 900.0])), [0, 0, 0, 1, 1, 1])
-    scales = [{i.name: onnx.numpy_helper.to_array(i).tolist() for i in m.graph.initializer if i.name.endswith("_scale")} for m in ranges.models]
+    np.testing.assert_array_equal(
+        ranges.model_index(np.array([1.0, 5.0, 19.5, 20.5, 150.0, 900.0])), [0, 0, 0, 1, 1, 1]
+    )
+    scales = [
+        {
+            i.name: onnx.numpy_helper.to_array(i).tolist()
+            for i in m.graph.initializer
+            if i.name.endswith("_scale")
+        }
+        for m in ranges.models
+    ]
     assert scales[0] != scales[1]  # each range calibrated on its own energies
     energies = np.array([5.0, 150.0, 6.0, 120.0])
     z = latents(energies, seed=3)
     mixed = ranges.source()(z, energies)
-    np.testing.assert_array_equal(mixed[[0, 2]], onnx_source(ranges.models[0])(z[[0, 2]], energies[[0, 2]]))
-    np.testing.assert_array_equal(mixed[[1, 3]], onnx_source(ranges.models[1])(z[[1, 3]], energies[[1, 3]]))
+    np.testing.assert_array_equal(
+        mixed[[0, 2]], onnx_source(ranges.models[0])(z[[0, 2]], energies[[0, 2]])
+    )
+    np.testing.assert_array_equal(
+        mixed[[1, 3]], onnx_source(ranges.models[1])(z[[1, 3]], energies[[1, 3]])
+    )
 
 
 @pytest.fixture(scope="module")
@@ -65,21 +88,27 @@ def generator_and_int8(tmp_path_factory):
     fp32 = keras_to_onnx(generator())
     onnx.save(fp32, path)
     z = latents(np.random.default_rng(0).uniform(50, 100, 256), seed=1)
-    batches = [{"latent": z[i:i + 64]} for i in range(0, len(z), 64)]
-    return fp32, quantize_(path, batches, int8_config(fp32)).model, z
+    batches = [{"latent": z[i : i + 64]} for i in range(0, len(z), 64)]
+    return fp32, quantize(path, batches, Recipe.generator(fp32)).model, z
 
 
-def test_the_cell_correction_restores_fp32s_energy_from_an_excess_or_a_deficit_and_the_graph_computes_its_numpy_twin(generator_and_int8):
+def test_the_cell_correction_restores_fp32s_energy_from_an_excess_or_a_deficit_and_the_graph_computes_its_numpy_twin(
+    generator_and_int8,
+):
     from models.calogan.generate import final_relu_inputs, output_cell_maps
 
     fp32, int8, z = generator_and_int8
-    output_conv = next(n for n in int8.graph.node if n.name == int8_config(fp32).exclude[0])
+    output_conv = next(
+        n for n in int8.graph.node if n.name == Recipe.generator(fp32).overrides.fp32[0]
+    )
 
     def scaled(gain):  # the output convolution's kernel x gain: an energy excess or deficit
         model = onnx.ModelProto()
         model.CopyFrom(int8)
         kernel = next(t for t in model.graph.initializer if t.name == output_conv.input[1])
-        kernel.CopyFrom(onnx.numpy_helper.from_array(gain * onnx.numpy_helper.to_array(kernel), kernel.name))
+        kernel.CopyFrom(
+            onnx.numpy_helper.from_array(gain * onnx.numpy_helper.to_array(kernel), kernel.name)
+        )
         return model
 
     def energy(model, latent=z):
@@ -94,8 +123,15 @@ def test_the_cell_correction_restores_fp32s_energy_from_an_excess_or_a_deficit_a
         corrected = maps.replace_relu(model)
         assert energy(corrected) == pytest.approx(target, rel=1e-3)
         twin = maps.apply(final_relu_inputs(model, unseen).reshape(len(unseen), -1), unseen)
-        np.testing.assert_allclose(onnx_source(corrected)(unseen, None).reshape(len(unseen), -1), twin / CELL_SCALE, rtol=1e-4, atol=1e-7)
-        before, after = (energy(m, unseen) / energy(fp32, unseen) - 1 for m in (model, corrected))  # beyond its latents
+        np.testing.assert_allclose(
+            onnx_source(corrected)(unseen, None).reshape(len(unseen), -1),
+            twin / CELL_SCALE,
+            rtol=1e-4,
+            atol=1e-7,
+        )
+        before, after = (
+            energy(m, unseen) / energy(fp32, unseen) - 1 for m in (model, corrected)
+        )  # beyond its latents
         assert abs(after) < 0.2 * abs(before)
 
 
@@ -105,22 +141,42 @@ def test_halo_cells_get_the_hits_of_fp32_that_a_bias_alone_would_lose_and_the_co
     threshold = HIT_THRESHOLD_GEV * CELL_SCALE
     rng = np.random.default_rng(0)
 
-    def cells(n):  # FP32 pre-activations of a halo, a core and a far cell; INT8 adds rounding noise of 5x the threshold (400 GeV: 8x)
-        fp32 = rng.normal([-threshold, 50 * threshold, -30 * threshold], [1.5 * threshold, 10 * threshold, threshold], (n, 3))
+    def cells(
+        n,
+    ):  # FP32 pre-activations of a halo, a core and a far cell; INT8 adds rounding noise of 5x the threshold (400 GeV: 8x)
+        fp32 = rng.normal(
+            [-threshold, 50 * threshold, -30 * threshold],
+            [1.5 * threshold, 10 * threshold, threshold],
+            (n, 3),
+        )
         return fp32 + rng.normal(0, 5 * threshold, fp32.shape), np.maximum(fp32, 0)
 
     int8, fp32 = cells(4096)
     knots, slopes = _single_map(int8, fp32, threshold, steps=24)
     gain, bias = _cell_corrections(int8, fp32.mean(axis=0), steps=24)
-    np.testing.assert_allclose(apply_cell_map(int8, knots, slopes).mean(axis=0), fp32.mean(axis=0), rtol=1e-4, atol=1e-9)
+    np.testing.assert_allclose(
+        apply_cell_map(int8, knots, slopes).mean(axis=0), fp32.mean(axis=0), rtol=1e-4, atol=1e-9
+    )
     unseen_int8, unseen_fp32 = cells(20000)
-    hits = {name: (out > threshold).mean(axis=0) for name, out in (
-        ("fp32", unseen_fp32), ("mapped", apply_cell_map(unseen_int8, knots, slopes)), ("bias only", np.maximum(gain * unseen_int8 + bias, 0)))}
+    hits = {
+        name: (out > threshold).mean(axis=0)
+        for name, out in (
+            ("fp32", unseen_fp32),
+            ("mapped", apply_cell_map(unseen_int8, knots, slopes)),
+            ("bias only", np.maximum(gain * unseen_int8 + bias, 0)),
+        )
+    }
     assert 0.05 < hits["fp32"][0] < 0.5 and hits["fp32"][1] == 1 and hits["fp32"][2] == 0
     shift = {name: hits[name][0] / hits["fp32"][0] - 1 for name in ("mapped", "bias only")}
-    assert abs(shift["mapped"]) < 0.05 and abs(shift["bias only"]) > 0.2  # the halo: quantile to quantile
-    assert slopes[1:, 1:].max() == 0 and hits["mapped"][2] == 0  # core and far cell: one bias or gain
-    assert apply_cell_map(unseen_int8, knots, slopes)[:, 1].mean() == pytest.approx(unseen_fp32[:, 1].mean(), rel=2e-3)
+    assert (
+        abs(shift["mapped"]) < 0.05 and abs(shift["bias only"]) > 0.2
+    )  # the halo: quantile to quantile
+    assert (
+        slopes[1:, 1:].max() == 0 and hits["mapped"][2] == 0
+    )  # core and far cell: one bias or gain
+    assert apply_cell_map(unseen_int8, knots, slopes)[:, 1].mean() == pytest.approx(
+        unseen_fp32[:, 1].mean(), rel=2e-3
+    )
 
 
 def test_maps_blended_by_the_latent_norm_follow_the_energy_across_a_range_where_one_map_drifts():
@@ -129,9 +185,14 @@ def test_maps_blended_by_the_latent_norm_follow_the_energy_across_a_range_where_
     threshold = HIT_THRESHOLD_GEV * CELL_SCALE
     rng = np.random.default_rng(0)
 
-    def cells(energies):  # a halo and a core cell growing with the energy; INT8's noise fixed by the range's scales
+    def cells(
+        energies,
+    ):  # a halo and a core cell growing with the energy; INT8's noise fixed by the range's scales
         z = latents(energies, seed=int(rng.integers(1 << 31)))
-        fp32 = rng.normal([-threshold, 30 * threshold], [1.5 * threshold, 5 * threshold], (len(z), 2)) * (energies / 250)[:, None]
+        fp32 = (
+            rng.normal([-threshold, 30 * threshold], [1.5 * threshold, 5 * threshold], (len(z), 2))
+            * (energies / 250)[:, None]
+        )
         return z, fp32 + rng.normal(0, 5 * threshold, fp32.shape), np.maximum(fp32, 0)
 
     z, int8, fp32 = cells(np.exp(rng.uniform(np.log(188), np.log(307), 4096)))
@@ -140,9 +201,16 @@ def test_maps_blended_by_the_latent_norm_follow_the_energy_across_a_range_where_
     one_map = _single_map(int8, fp32, threshold, steps=24)
     for low, high in ((188, 198), (297, 307)):  # the range's ends, unseen showers
         z, int8, fp32 = cells(rng.uniform(low, high, 20000))
-        error = {name: np.abs(out.mean(axis=0) / fp32.mean(axis=0) - 1) for name, out in (
-            ("one map", apply_cell_map(int8, *one_map)), ("blended", maps.apply(int8, z)))}
-        assert error["one map"][0] > 0.1 and error["blended"][0] < 0.5 * error["one map"][0], error  # the halo's rectified noise drifts
+        error = {
+            name: np.abs(out.mean(axis=0) / fp32.mean(axis=0) - 1)
+            for name, out in (
+                ("one map", apply_cell_map(int8, *one_map)),
+                ("blended", maps.apply(int8, z)),
+            )
+        }
+        assert error["one map"][0] > 0.1 and error["blended"][0] < 0.5 * error["one map"][0], (
+            error
+        )  # the halo's rectified noise drifts
         assert error["blended"][1] < 0.01, error  # the core has no drift: the blend keeps its mean
 
 
@@ -157,9 +225,16 @@ def test_generated_showers_stream_into_a_comparison_as_their_file_would(tmp_path
     energies = bin_energies(10, seed=0)
     z = latents(energies, seed=1)
     sources = {"fp32": fp32, "brighter": lambda z, e: 1.02 * fp32(z, e)}
-    files = {name: open_showers(write_shower_file(tmp_path / f"{name}.h5", source(z, energies), energies)) for name, source in sources.items()}
+    files = {
+        name: open_showers(
+            write_shower_file(tmp_path / f"{name}.h5", source(z, energies), energies)
+        )
+        for name, source in sources.items()
+    }
     streamed = compare(*(GeneratedShowers(source, z, energies) for source in sources.values()))
     stored = compare(*files.values(), chunk=7)
     assert len(streamed.bins) == 7 and all(row["showers_generated"] == 10 for row in streamed.bins)
     assert streamed.max_separation == pytest.approx(stored.max_separation, rel=1e-4, abs=1e-9)
-    assert [row["sampling_fraction_shift"] for row in streamed.bins] == pytest.approx([0.02] * 7, abs=1e-5)
+    assert [row["sampling_fraction_shift"] for row in streamed.bins] == pytest.approx(
+        [0.02] * 7, abs=1e-5
+    )

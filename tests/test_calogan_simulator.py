@@ -8,9 +8,9 @@ import pytest
 
 from models.calogan import detector
 from models.calogan.showers import write_showers
-from physics_metrics.showerfile import open_showers
 from models.calogan.simulate import geometry, simulate
-from quantize.errors import QuantizeError
+from onnxio import InputError
+from physics_metrics.showerfile import open_showers
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +51,9 @@ def test_about_90_percent_of_the_energy_lies_within_one_moliere_radius(by_energy
     total = xy.sum(axis=(1, 2))
     bx = (xy.sum(axis=2) * centres).sum(axis=1) / total
     by = (xy.sum(axis=1) * centres).sum(axis=1) / total
-    r = np.hypot(centres[None, :, None] - bx[:, None, None], centres[None, None, :] - by[:, None, None])
+    r = np.hypot(
+        centres[None, :, None] - bx[:, None, None], centres[None, None, :] - by[:, None, None]
+    )
     inside = (xy * (r < detector.effective_medium().moliere_mm)).sum(axis=(1, 2)) / total
     assert 0.85 < inside.mean() < 0.95
 
@@ -76,20 +78,27 @@ def _file(path, **datasets):
 
 
 def test_real_files_with_only_an_energy_dataset_are_read(tmp_path):
-    path = _file(tmp_path / "real.h5", ECAL=np.zeros((3, 25, 25, 25), np.float32), energy=np.array([[10.0], [20.0], [30.0]]))
+    path = _file(
+        tmp_path / "real.h5",
+        ECAL=np.zeros((3, 25, 25, 25), np.float32),
+        energy=np.array([[10.0], [20.0], [30.0]]),
+    )
     assert list(open_showers(path).energies) == [10.0, 20.0, 30.0]
 
 
-@pytest.mark.parametrize("datasets, message", [
-    ({"ECAL": np.zeros((2, 25, 25, 20))}, "expected (N, 25, 25, 25)"),
-    ({"energy": np.ones(2)}, "no dataset 'ECAL'"),
-    ({"ECAL": np.zeros((2, 25, 25, 25))}, "no primary energy"),
-    ({"ECAL": np.zeros((2, 25, 25, 25)), "energy": np.array([5.0, -1.0])}, "shower 1 is -1.0"),
-    ({"ECAL": np.zeros((2, 25, 25, 25)), "energy": np.array([np.nan, 1.0])}, "shower 0 is nan"),
-    ({"ECAL": np.zeros((2, 25, 25, 25)), "energy": np.ones(3)}, "2 showers but 3 energies"),
-])
+@pytest.mark.parametrize(
+    "datasets, message",
+    [
+        ({"ECAL": np.zeros((2, 25, 25, 20))}, "expected (N, 25, 25, 25)"),
+        ({"energy": np.ones(2)}, "no dataset 'ECAL'"),
+        ({"ECAL": np.zeros((2, 25, 25, 25))}, "no primary energy"),
+        ({"ECAL": np.zeros((2, 25, 25, 25)), "energy": np.array([5.0, -1.0])}, "shower 1 is -1.0"),
+        ({"ECAL": np.zeros((2, 25, 25, 25)), "energy": np.array([np.nan, 1.0])}, "shower 0 is nan"),
+        ({"ECAL": np.zeros((2, 25, 25, 25)), "energy": np.ones(3)}, "2 showers but 3 energies"),
+    ],
+)
 def test_bad_shower_files_are_clear_errors(tmp_path, datasets, message):
     path = _file(tmp_path / "bad.h5", **datasets)
-    with pytest.raises(QuantizeError, match=re.escape(message)) as info:
+    with pytest.raises(InputError, match=re.escape(message)) as info:
         open_showers(path)
     assert "bad.h5" in str(info.value)

@@ -5,7 +5,6 @@ from dataclasses import asdict
 
 import numpy as np
 import pytest
-
 import tensorflow  # noqa: F401  (a required dependency: missing, it fails the suite)
 
 from models.calogan.detector import sampling_fraction_fit  # noqa: E402
@@ -14,14 +13,24 @@ from models.calogan.train import TrainRecipe, train  # noqa: E402
 
 def test_training_stops_on_its_budget_and_resumes_from_the_step_reached(tmp_path):
     recipe = TrainRecipe(showers=64, epochs=1, batch=16)  # 4 steps per epoch
-    train(recipe, minutes=0, out_dir=tmp_path, log=lambda *_: None)  # a spent budget still makes one step
+    train(
+        recipe, minutes=0, out_dir=tmp_path, log=lambda *_: None
+    )  # a spent budget still makes one step
     state = json.loads((tmp_path / "state.json").read_text())
-    assert state["step"] == 1 and np.isfinite([state["history"][0]["d_loss"], state["history"][0]["g_loss"]]).all()
+    assert (
+        state["step"] == 1
+        and np.isfinite([state["history"][0]["d_loss"], state["history"][0]["g_loss"]]).all()
+    )
     first = (tmp_path / "generator.weights.h5").read_bytes()
     train(recipe, out_dir=tmp_path, log=lambda *_: None)
     state = json.loads((tmp_path / "state.json").read_text())
-    assert state["step"] == 4 and [h["step"] for h in state["history"]] == [1, 4]  # saved at the epoch end
-    assert (tmp_path / "generator.weights.h5").read_bytes() != first  # the resumed run kept learning
+    assert state["step"] == 4 and [h["step"] for h in state["history"]] == [
+        1,
+        4,
+    ]  # saved at the epoch end
+    assert (
+        tmp_path / "generator.weights.h5"
+    ).read_bytes() != first  # the resumed run kept learning
     messages = []
     train(recipe, out_dir=tmp_path, log=messages.append)
     assert "already trained for 4 steps" in messages[0]
@@ -41,7 +50,9 @@ def test_trained_weights_load_into_the_float32_generator(tmp_path):
 
 
 def test_sampling_fraction_fit_matches_the_published_curve():
-    assert sampling_fraction_fit(np.array([10.0, 500.0])) == pytest.approx([0.02182, 0.01811], abs=2e-5)
+    assert sampling_fraction_fit(np.array([10.0, 500.0])) == pytest.approx(
+        [0.02182, 0.01811], abs=2e-5
+    )
 
 
 def test_the_generator_is_judged_by_the_discriminator_in_the_mode_it_is_trained_in():
@@ -61,11 +72,16 @@ def test_the_generator_is_judged_by_the_discriminator_in_the_mode_it_is_trained_
 
     def losses():
         fake = gen(latent, training=True)  # on its batch's statistics: the same showers every call
-        return float(generator_loss(gen, disc, latent, energy, expected_sum)), \
-            float(heads_loss(disc(fake, training=False), np.ones((4, 1), np.float32), energy, expected_sum))
+        return float(generator_loss(gen, disc, latent, energy, expected_sum)), float(
+            heads_loss(
+                disc(fake, training=False), np.ones((4, 1), np.float32), energy, expected_sum
+            )
+        )
 
     before, inference_before = losses()
-    for layer in disc.layers:  # moving statistics far from any batch's: only inference mode reads them
+    for (
+        layer
+    ) in disc.layers:  # moving statistics far from any batch's: only inference mode reads them
         if isinstance(layer, keras.layers.BatchNormalization):
             layer.moving_mean.assign(layer.moving_mean + 5.0)
             layer.moving_variance.assign(layer.moving_variance * 50.0)
@@ -74,20 +90,29 @@ def test_the_generator_is_judged_by_the_discriminator_in_the_mode_it_is_trained_
     assert abs(inference_after - inference_before) > 1e-3
 
 
-def test_a_cache_is_brought_up_to_the_committed_checkpoint_of_its_recipe_only(tmp_path, monkeypatch):
+def test_a_cache_is_brought_up_to_the_committed_checkpoint_of_its_recipe_only(
+    tmp_path, monkeypatch
+):
     from models.calogan.train import training_folder
 
-    recipe, other = TrainRecipe(showers=32, epochs=1, batch=16), TrainRecipe(showers=64, epochs=1, batch=16)
+    recipe, other = (
+        TrainRecipe(showers=32, epochs=1, batch=16),
+        TrainRecipe(showers=64, epochs=1, batch=16),
+    )
     committed = tmp_path / "committed"
     train(recipe, out_dir=committed, log=lambda *_: None)
     monkeypatch.setenv("QUANTIZE_CACHE", str(tmp_path / "cache"))
     assert not (training_folder(other, committed) / "state.json").exists()
     folder = training_folder(recipe, committed)
     assert json.loads((folder / "state.json").read_text())["step"] == 2
-    assert (folder / "generator.weights.h5").read_bytes() == (committed / "generator.weights.h5").read_bytes()
+    assert (folder / "generator.weights.h5").read_bytes() == (
+        committed / "generator.weights.h5"
+    ).read_bytes()
 
     monkeypatch.setenv("QUANTIZE_CACHE", str(tmp_path / "own"))
-    train(other, minutes=0, out_dir=tmp_path / "own" / "calogan", log=lambda *_: None)  # the user's own 1 step
+    train(
+        other, minutes=0, out_dir=tmp_path / "own" / "calogan", log=lambda *_: None
+    )  # the user's own 1 step
     own = (tmp_path / "own" / "calogan" / "generator.weights.h5").read_bytes()
     assert (training_folder(None, committed) / "generator.weights.h5").read_bytes() == own
 

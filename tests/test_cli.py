@@ -9,13 +9,16 @@ import sys
 import numpy as np
 import onnx
 import pytest
-
 from conftest import images
+
+from quantize.recipe import Recipe
 from quantize.target import host_target, saturates
 
 
 def quantize(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "quantize", *map(str, args)], capture_output=True, text=True, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "quantize", *map(str, args)], capture_output=True, text=True, cwd=cwd
+    )
 
 
 def _digest(path):
@@ -26,22 +29,36 @@ def test_success_writes_the_model_and_a_json_summary(conv_model, calib_npz, tmp_
     out = tmp_path / "out" / "net.int8.onnx"
     out.parent.mkdir()
     before = _digest(conv_model), _digest(calib_npz)
-    run = quantize(conv_model, "--calib", calib_npz, "-o", out, "--calib-samples", 100, "--json", "--no-kernel-timing")
+    run = quantize(
+        conv_model,
+        "--calib",
+        calib_npz,
+        "-o",
+        out,
+        "--calib-samples",
+        100,
+        "--json",
+        "--no-kernel-timing",
+    )
     assert run.returncode == 0, run.stderr
     summary = json.loads(run.stdout)
     assert summary["coverage"]["by_op_type"]["Conv"] == {"int8": 2, "fp32": 0}
-    assert summary["kernel_timing"].startswith("off") and summary["recipe"]["target"] == host_target()
+    assert (
+        summary["kernel_timing"].startswith("off") and summary["recipe"]["target"] == host_target()
+    )
     assert summary["fidelity"]["verdict"] == "ok" and "low fidelity" not in run.stderr
     assert summary["size_bytes"]["int8"] < summary["size_bytes"]["fp32"]
     assert summary["calibration"]["samples"] == 100
     model = onnx.load(str(out))
-    assert {p.key for p in model.metadata_props} >= {"quantize.recipe", "quantize.calibration_method", "quantize.target"}
+    assert Recipe.from_model(model) == Recipe(target=host_target(), kernel_timing=False)
     assert os.listdir(out.parent) == ["net.int8.onnx"]  # no temporary file left behind
     assert (_digest(conv_model), _digest(calib_npz)) == before
 
 
 def test_report_writes_html_and_json(conv_model, calib_npz, tmp_path):
-    run = quantize(conv_model, "--calib", calib_npz, "-o", tmp_path / "q.onnx", "--report", tmp_path / "r.html")
+    run = quantize(
+        conv_model, "--calib", calib_npz, "-o", tmp_path / "q.onnx", "--report", tmp_path / "r.html"
+    )
     assert run.returncode == 0, run.stderr
     report = json.loads((tmp_path / "r.json").read_text())
     assert report["throughput"]["int8"]["throughput"] > 0 and report["isa"]["int8_gemm_path"]
@@ -75,22 +92,56 @@ def _bad(tmp_path, conv_model, calib_npz):
     not_array.write_text("1,2,3\n")
     out = tmp_path / "o.onnx"
     return [
-        ([tmp_path / "missing.onnx", "--calib", calib_npz, "-o", out], "missing.onnx: no such file"),
+        (
+            [tmp_path / "missing.onnx", "--calib", calib_npz, "-o", out],
+            "missing.onnx: no such file",
+        ),
         ([junk, "--calib", calib_npz, "-o", out], "junk.onnx: "),
         ([truncated, "--calib", calib_npz, "-o", out], "truncated.onnx: "),
-        ([conv_model, "--calib", nan, "-o", out], "nan.npy: input 'x': sample 3 contains NaN or Inf"),
+        (
+            [conv_model, "--calib", nan, "-o", out],
+            "nan.npy: input 'x': sample 3 contains NaN or Inf",
+        ),
         ([conv_model, "--calib", wrong_shape, "-o", out], "shape.npy: input 'x': data shape"),
         ([conv_model, "--calib", wrong_dtype, "-o", out], "dtype.npy: "),
         ([conv_model, "--calib", empty, "-o", out], "empty.npy: the calibration set is empty"),
-        ([conv_model, "--calib", no_names, "-o", out], "names.npz: no array for model input(s) x; keys present: image"),
-        ([conv_model, "--calib", tmp_path / "names.h5", "-o", out], "names.h5: no dataset 'x' for model input 'x'"),
+        (
+            [conv_model, "--calib", no_names, "-o", out],
+            "names.npz: no array for model input(s) x; keys present: image",
+        ),
+        (
+            [conv_model, "--calib", tmp_path / "names.h5", "-o", out],
+            "names.h5: no dataset 'x' for model input 'x'",
+        ),
         ([conv_model, "--calib", not_array, "-o", out], "text.npy: not a numpy array file"),
-        ([conv_model, "--calib", calib_npz, "-o", conv_model], "net.onnx: the INT8 model would be written over the input model"),
-        ([conv_model, "--calib", calib_npz, "-o", calib_npz], "calib.npz: the INT8 model would be written over the calibration data"),
-        ([conv_model, "--calib", calib_npz, "-o", tmp_path / "r.json", "--report", tmp_path / "r.html"],
-         "r.json: the INT8 model would be written over the report's JSON"),
-        ([conv_model, "--calib", calib_npz, "-o", tmp_path / "nowhere" / "o.onnx"], "does not exist"),
-        ([conv_model, "--calib", tmp_path / "nothing.npz", "-o", out], "nothing.npz: calibration data not found"),
+        (
+            [conv_model, "--calib", calib_npz, "-o", conv_model],
+            "net.onnx: the INT8 model would be written over the input model",
+        ),
+        (
+            [conv_model, "--calib", calib_npz, "-o", calib_npz],
+            "calib.npz: the INT8 model would be written over the calibration data",
+        ),
+        (
+            [
+                conv_model,
+                "--calib",
+                calib_npz,
+                "-o",
+                tmp_path / "r.json",
+                "--report",
+                tmp_path / "r.html",
+            ],
+            "r.json: the INT8 model would be written over the report's JSON",
+        ),
+        (
+            [conv_model, "--calib", calib_npz, "-o", tmp_path / "nowhere" / "o.onnx"],
+            "does not exist",
+        ),
+        (
+            [conv_model, "--calib", tmp_path / "nothing.npz", "-o", out],
+            "nothing.npz: calibration data not found",
+        ),
     ]
 
 
@@ -113,13 +164,37 @@ def test_image_directory_with_preprocessing_flags(conv_model, tmp_path):
     folder.mkdir()
     for i in range(30):  # flat colours survive resizing; the first 24 (calibration) span 0..255
         Image.new("RGB", (24, 20), (min(255, i * 255 // 23),) * 3).save(folder / f"{i:02d}.png")
-    run = quantize(conv_model, "--calib", folder, "-o", tmp_path / "q.onnx", "--layout", "NCHW", "--method", "minmax",
-                   "--scale", 1 / 255, "--mean", 0.5, 0.5, 0.5, "--std", 0.25, 0.25, 0.25, "--json")
+    run = quantize(
+        conv_model,
+        "--calib",
+        folder,
+        "-o",
+        tmp_path / "q.onnx",
+        "--layout",
+        "NCHW",
+        "--method",
+        "minmax",
+        "--scale",
+        1 / 255,
+        "--mean",
+        0.5,
+        0.5,
+        0.5,
+        "--std",
+        0.25,
+        0.25,
+        0.25,
+        "--json",
+    )
     assert run.returncode == 0, run.stderr
     summary = json.loads(run.stdout)
-    assert summary["calibration"]["samples"] == 24 and summary["sqnr_samples"] == "6 held-out samples"
+    assert (
+        summary["calibration"]["samples"] == 24 and summary["sqnr_samples"] == "6 held-out samples"
+    )
     model = onnx.load(str(tmp_path / "q.onnx"))
-    scale = next(onnx.numpy_helper.to_array(t) for t in model.graph.initializer if t.name == "x_scale")
+    scale = next(
+        onnx.numpy_helper.to_array(t) for t in model.graph.initializer if t.name == "x_scale"
+    )
     assert scale == pytest.approx(4 / 255, rel=1e-4)  # (pixel/255 - 0.5) / 0.25 spans [-2, 2]
 
 
@@ -130,39 +205,78 @@ def test_an_image_directory_for_a_channels_first_model_needs_no_layout_flag(conv
     folder.mkdir()
     for i in range(12):
         Image.new("RGB", (16, 16), (i * 20, 255 - i * 20, 128)).save(folder / f"{i:02d}.png")
-    run = quantize(conv_model, "--calib", folder, "-o", tmp_path / "q.onnx", "--json", "--no-kernel-timing")
+    run = quantize(
+        conv_model, "--calib", folder, "-o", tmp_path / "q.onnx", "--json", "--no-kernel-timing"
+    )
     assert run.returncode == 0, run.stderr  # conv_model takes (N, 3, 16, 16): channels first
     assert json.loads(run.stdout)["coverage"]["by_op_type"]["Conv"]["int8"] == 2
 
 
-def test_a_target_other_than_this_cpus_is_recorded_and_a_saturating_mismatch_warns_in_one_line(conv_model, calib_npz, tmp_path):
+def test_a_target_other_than_this_cpus_is_recorded_and_a_saturating_mismatch_warns_in_one_line(
+    conv_model, calib_npz, tmp_path
+):
     """Made for vnni on a CPU whose kernels saturate, the model's own validation runs ORT's exact
     kernels and says so; made for avx2 anywhere, nothing to warn about."""
     other = "vnni" if saturates(host_target()) else "avx2"
-    run = quantize(conv_model, "--calib", calib_npz, "-o", tmp_path / "m.onnx", "--target", other, "--json")
+    run = quantize(
+        conv_model, "--calib", calib_npz, "-o", tmp_path / "m.onnx", "--target", other, "--json"
+    )
     assert run.returncode == 0, run.stderr
     summary = json.loads(run.stdout)
-    assert summary["recipe"]["target"] == other and summary["kernel_timing"].startswith("not measured")
+    assert summary["recipe"]["target"] == other and summary["kernel_timing"].startswith(
+        "not measured"
+    )
     warnings = [line for line in run.stderr.splitlines() if "warning" in line]
     if other == "vnni":
-        assert warnings and all(line.startswith("quantize: warning: this model was quantized for vnni") for line in warnings)
+        assert warnings and all(
+            line.startswith("quantize: warning: this model was quantized for vnni")
+            for line in warnings
+        )
     else:
         assert warnings == []
 
 
-def test_auto_preset_picks_the_transformer_recipe_for_attention_and_cnn_otherwise(conv_model, calib_npz, tmp_path):
+def test_auto_preset_picks_the_transformer_recipe_for_attention_and_cnn_otherwise(
+    conv_model, calib_npz, tmp_path
+):
     from test_pipeline import attention_net
 
     onnx.save(attention_net(), str(tmp_path / "attention.onnx"))
-    np.save(tmp_path / "x.npy", np.random.default_rng(0).normal(0, 1, (40, 5, 16)).astype(np.float32))
-    runs = {"attention": quantize(tmp_path / "attention.onnx", "--calib", tmp_path / "x.npy", "-o", tmp_path / "a.onnx", "--json",
-                                  "--exclude", "query", "--no-kernel-timing"),
-            "cnn": quantize(conv_model, "--calib", calib_npz, "-o", tmp_path / "c.onnx", "--json", "--no-kernel-timing")}
+    np.save(
+        tmp_path / "x.npy", np.random.default_rng(0).normal(0, 1, (40, 5, 16)).astype(np.float32)
+    )
+    runs = {
+        "attention": quantize(
+            tmp_path / "attention.onnx",
+            "--calib",
+            tmp_path / "x.npy",
+            "-o",
+            tmp_path / "a.onnx",
+            "--json",
+            "--exclude",
+            "query",
+            "--no-kernel-timing",
+        ),
+        "cnn": quantize(
+            conv_model,
+            "--calib",
+            calib_npz,
+            "-o",
+            tmp_path / "c.onnx",
+            "--json",
+            "--no-kernel-timing",
+        ),
+    }
     summaries = {name: json.loads(run.stdout) for name, run in runs.items() if run.returncode == 0}
     assert set(summaries) == set(runs), [run.stderr for run in runs.values()]
     assert summaries["attention"]["preset"] == "transformer" and summaries["cnn"]["preset"] == "cnn"
-    assert {"Add", "Mul", "query"} <= set(summaries["attention"]["recipe"]["exclude"])  # the preset's and the user's
-    assert summaries["attention"]["recipe"]["smooth_alpha"] == 0.8 and summaries["cnn"]["recipe"]["exclude"] == []
+    assert {"Add", "Mul", "query"} <= set(
+        summaries["attention"]["recipe"]["overrides"]["fp32"]
+    )  # the preset's and the user's
+    assert (
+        summaries["attention"]["recipe"]["smoothing"] == {"alpha": 0.8}
+        and summaries["cnn"]["recipe"]["overrides"]["fp32"] == []
+    )
 
 
 def test_low_fidelity_is_said_plainly_with_the_worst_layers_and_what_to_try(tmp_path):
@@ -171,20 +285,80 @@ def test_low_fidelity_is_said_plainly_with_the_worst_layers_and_what_to_try(tmp_
     rng = np.random.default_rng(0)
     w = rng.normal(0, 1, (16, 4)).astype(np.float32)
     w[0] *= 1e-4
-    graph = onnx.helper.make_graph([onnx.helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")], "g",
-                                   [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N", 16])],
-                                   [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["N", 4])], [onnx.numpy_helper.from_array(w, "w")])
+    graph = onnx.helper.make_graph(
+        [onnx.helper.make_node("MatMul", ["x", "w"], ["y"], name="mm")],
+        "g",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N", 16])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, ["N", 4])],
+        [onnx.numpy_helper.from_array(w, "w")],
+    )
     model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, str(tmp_path / "m.onnx"))
     x = rng.normal(0, 1, (80, 16)).astype(np.float32)
     x[:, 0] *= 1e4
     np.save(tmp_path / "x.npy", x)
-    run = quantize(tmp_path / "m.onnx", "--calib", tmp_path / "x.npy", "-o", tmp_path / "q.onnx", "--json", "--method", "minmax",
-                   "--report", tmp_path / "r.html")
+    run = quantize(
+        tmp_path / "m.onnx",
+        "--calib",
+        tmp_path / "x.npy",
+        "-o",
+        tmp_path / "q.onnx",
+        "--json",
+        "--method",
+        "minmax",
+        "--report",
+        tmp_path / "r.html",
+    )
     assert run.returncode == 0, run.stderr
     fidelity = json.loads(run.stdout)["fidelity"]
     assert fidelity["verdict"] == "low" and fidelity["output_sqnr_db_min"] < 20
     warning = [line for line in run.stderr.splitlines() if "low fidelity" in line]
-    assert len(warning) == 1 and f"output SQNR {fidelity['output_sqnr_db_min']:.1f} dB" in warning[0] and "--exclude" in warning[0]
+    assert (
+        len(warning) == 1
+        and f"output SQNR {fidelity['output_sqnr_db_min']:.1f} dB" in warning[0]
+        and "--exclude" in warning[0]
+    )
     assert "Verdict: fidelity is LOW" in (tmp_path / "r.html").read_text()
+
+
+def test_a_model_is_quantized_again_with_the_recipe_it_carries(conv_model, calib_npz, tmp_path):
+    first = quantize(
+        conv_model,
+        "--calib",
+        calib_npz,
+        "-o",
+        tmp_path / "a.onnx",
+        "--method",
+        "entropy",
+        "--exclude",
+        "conv2",
+        "--target",
+        "vnni",
+        "--no-kernel-timing",
+        "--json",
+    )
+    assert first.returncode == 0, first.stderr
+    again = quantize(
+        conv_model,
+        "--calib",
+        calib_npz,
+        "-o",
+        tmp_path / "b.onnx",
+        "--recipe-from",
+        tmp_path / "a.onnx",
+        "--json",
+    )
+    assert again.returncode == 0, again.stderr
+    assert json.loads(again.stdout)["recipe"] == json.loads(first.stdout)["recipe"]
+    assert json.loads(again.stdout)["recipe"]["overrides"]["fp32"] == ["conv2"]
+    assert onnx.load(str(tmp_path / "a.onnx")).graph == onnx.load(str(tmp_path / "b.onnx")).graph
+
+
+def test_a_recipe_from_a_model_quantize_did_not_make_is_one_line(conv_model, calib_npz):
+    run = quantize(conv_model, "--calib", calib_npz, "--recipe-from", conv_model)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert (
+        run.stderr.strip()
+        == f"quantize: error: {conv_model}: the model carries no quantize recipe: it was not made by quantize"
+    )

@@ -2,9 +2,9 @@ import json
 
 import numpy as np
 import onnx
-
 from conftest import outlier_mlp
-from quantize import QuantConfig, cli, quantize_
+
+from quantize import Recipe, cli, quantize
 from quantize.fallback import fall_back
 from quantize.runtime import session
 from quantize.validate import sqnr_db
@@ -14,7 +14,7 @@ def _setup(tmp_path):
     onnx.save(outlier_mlp(), str(tmp_path / "m.onnx"))
     rng = np.random.default_rng(1)
     feeds = [{"x": rng.normal(0, 1, (32, 16)).astype(np.float32)} for _ in range(8)]
-    result = quantize_(tmp_path / "m.onnx", feeds, QuantConfig(time_kernels=False))
+    result = quantize(tmp_path / "m.onnx", feeds, Recipe(kernel_timing=False))
     x = {"x": rng.normal(0, 1, (256, 16)).astype(np.float32)}
     reference = session(tmp_path / "m.onnx").run(None, x)[0]
     return result, lambda model: sqnr_db(reference, session(model).run(None, x)[0])
@@ -27,9 +27,13 @@ def test_the_node_whose_fp32_trial_gains_most_goes_back_until_the_target_is_met(
     assert found.trial_gains["down"] > found.trial_gains["up"] + 10
     assert found.fp32_nodes == ["down"] and found.met and found.score_after >= before + 10
     decisions = {d.name: d for d in found.result.decisions}
-    assert decisions["down"].precision == "fp32" and decisions["down"].reason.startswith("accuracy fallback")
+    assert decisions["down"].precision == "fp32" and decisions["down"].reason.startswith(
+        "accuracy fallback"
+    )
     assert decisions["up"].precision == "int8"
-    assert _reads_dequantized(result.model, "down") and not _reads_dequantized(found.result.model, "down")
+    assert _reads_dequantized(result.model, "down") and not _reads_dequantized(
+        found.result.model, "down"
+    )
 
 
 def _reads_dequantized(model: onnx.ModelProto, name: str) -> bool:
@@ -51,6 +55,7 @@ def test_an_unreachable_target_stops_after_max_nodes_and_says_it_was_not_met(tmp
 
 class _CappedSqnr:
     """A stand-in task metric: output SQNR against FP32, capped at 30 dB (FP32 scores 30)."""
+
     name, metric, higher_is_better = "sqnr", "output SQNR dB", True
 
     def __init__(self, reference_model):
@@ -61,13 +66,34 @@ class _CappedSqnr:
         return min(30.0, sqnr_db(self.reference, session(model).run(None, self.x)[0]))
 
 
-def test_the_command_line_bounds_the_metric_drop_and_says_which_nodes_went_back(tmp_path, monkeypatch, capsys):
+def test_the_command_line_bounds_the_metric_drop_and_says_which_nodes_went_back(
+    tmp_path, monkeypatch, capsys
+):
     onnx.save(outlier_mlp(), str(tmp_path / "m.onnx"))
-    np.save(tmp_path / "calib.npy", np.random.default_rng(1).normal(0, 1, (256, 16)).astype(np.float32))
-    monkeypatch.setattr("quantize.evaluators.get_evaluator", lambda name: _CappedSqnr(tmp_path / "m.onnx"))
-    code = cli.main([str(tmp_path / "m.onnx"), "--calib", str(tmp_path / "calib.npy"), "-o", str(tmp_path / "q.onnx"),
-                     "--evaluate", "sqnr", "--max-drop", "1", "--json"])
+    np.save(
+        tmp_path / "calib.npy", np.random.default_rng(1).normal(0, 1, (256, 16)).astype(np.float32)
+    )
+    monkeypatch.setattr(
+        "quantize.evaluators.get_evaluator", lambda name: _CappedSqnr(tmp_path / "m.onnx")
+    )
+    code = cli.main(
+        [
+            str(tmp_path / "m.onnx"),
+            "--calib",
+            str(tmp_path / "calib.npy"),
+            "-o",
+            str(tmp_path / "q.onnx"),
+            "--evaluate",
+            "sqnr",
+            "--max-drop",
+            "1",
+            "--json",
+        ]
+    )
     assert code == 0
-    fp32_nodes = {n["name"]: n["reason"] for n in json.loads(capsys.readouterr().out)["coverage"]["fp32_nodes"]}
+    fp32_nodes = {
+        n["name"]: n["reason"]
+        for n in json.loads(capsys.readouterr().out)["coverage"]["fp32_nodes"]
+    }
     assert fp32_nodes["down"].startswith("accuracy fallback") and "up" not in fp32_nodes
     assert _CappedSqnr(tmp_path / "m.onnx").evaluate(onnx.load(tmp_path / "q.onnx")) >= 29

@@ -4,9 +4,9 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
-
 from conftest import conv_net, images
-from quantize import QuantConfig, coverage, kernel_timing, quantize_, target
+
+from quantize import Recipe, coverage, kernel_timing, quantize, target
 
 
 def timings(int8_ms: dict[str, list[float]]):
@@ -14,7 +14,9 @@ def timings(int8_ms: dict[str, list[float]]):
     calls = {op: iter(ms) for op, ms in int8_ms.items()}
 
     def compare_sessions(models, feeds, threads, seconds, rounds, min_block):
-        op = next(n.op_type for n in models["fp32"].graph.node if n.op_type in kernel_timing.TIMED_OPS)
+        op = next(
+            n.op_type for n in models["fp32"].graph.node if n.op_type in kernel_timing.TIMED_OPS
+        )
         return {"int8": {"latency_ms_p50": next(calls[op])}, "fp32": {"latency_ms_p50": 1.0}}
 
     return compare_sessions
@@ -28,19 +30,30 @@ def net(tmp_path):
 
 
 def test_convs_measured_slower_in_int8_stay_fp32_with_the_measurement_as_reason(net, monkeypatch):
-    monkeypatch.setattr(kernel_timing.bench, "compare_sessions", timings({"Conv": [1.5, 1.5] * 2, "Gemm": [0.5]}))
-    result = quantize_(*net, QuantConfig())
+    monkeypatch.setattr(
+        kernel_timing.bench, "compare_sessions", timings({"Conv": [1.5, 1.5] * 2, "Gemm": [0.5]})
+    )
+    result = quantize(*net, Recipe())
     decisions = {d.name: d for d in result.decisions}
     for conv in ("conv1", "conv2"):
         assert decisions[conv].precision == "fp32"
-        assert decisions[conv].reason.startswith(f"INT8 slower than FP32 on {target.host_target()}: 1.50 ms vs 1.00 ms")
+        assert decisions[conv].reason.startswith(
+            f"INT8 slower than FP32 on {target.host_target()}: 1.50 ms vs 1.00 ms"
+        )
     assert decisions["fc"].precision == "int8"
-    assert result.kernels["int8"].get("QLinearConv") is None and result.kernels["int8"].get("QGemm") == 1
+    assert (
+        result.kernels["int8"].get("QLinearConv") is None
+        and result.kernels["int8"].get("QGemm") == 1
+    )
 
 
-def test_a_slower_first_measurement_that_the_second_does_not_confirm_changes_nothing(net, monkeypatch):
-    monkeypatch.setattr(kernel_timing.bench, "compare_sessions", timings({"Conv": [1.5, 1.02] * 2, "Gemm": [0.5]}))
-    result = quantize_(*net, QuantConfig())
+def test_a_slower_first_measurement_that_the_second_does_not_confirm_changes_nothing(
+    net, monkeypatch
+):
+    monkeypatch.setattr(
+        kernel_timing.bench, "compare_sessions", timings({"Conv": [1.5, 1.02] * 2, "Gemm": [0.5]})
+    )
+    result = quantize(*net, Recipe())
     assert all(d.precision == "int8" for d in result.decisions if d.op_type in ("Conv", "Gemm"))
 
 
@@ -50,8 +63,8 @@ def test_nothing_is_timed_for_another_cpus_target_or_when_switched_off(net, monk
 
     monkeypatch.setattr(kernel_timing.bench, "compare_sessions", refuse)
     other = next(t for t in target.TARGETS if t != target.host_target())
-    assert quantize_(*net, QuantConfig(target=other)).config.target == other
-    quantize_(*net, QuantConfig(time_kernels=False))
+    assert quantize(*net, Recipe(target=other)).recipe.target == other
+    quantize(*net, Recipe(kernel_timing=False))
 
 
 @pytest.mark.parametrize("op_type", ["Conv", "Gemm"])
@@ -59,7 +72,13 @@ def test_the_timed_int8_model_fuses_into_an_integer_kernel_and_the_fp32_one_does
     model = ir.serde.deserialize_model(conv_net(channels=8))
     node = next(n for n in model.graph if n.op_type == op_type)
     shape = (4, 8) if op_type == "Gemm" else (4, 3, 16, 16)
-    int8 = coverage.kernel_counts(coverage.optimized_graph(kernel_timing._one_node_model(node, shape, "int8", 64)))
-    fp32 = coverage.kernel_counts(coverage.optimized_graph(kernel_timing._one_node_model(node, shape, "fp32", 64)))
-    assert int8["int8"] == {"QLinearConv" if op_type == "Conv" else "QGemm": 1} and int8["float"] == {}
+    int8 = coverage.kernel_counts(
+        coverage.optimized_graph(kernel_timing._one_node_model(node, shape, "int8", 64))
+    )
+    fp32 = coverage.kernel_counts(
+        coverage.optimized_graph(kernel_timing._one_node_model(node, shape, "fp32", 64))
+    )
+    assert (
+        int8["int8"] == {"QLinearConv" if op_type == "Conv" else "QGemm": 1} and int8["float"] == {}
+    )
     assert fp32["int8"] == {} and fp32["float"].get(op_type) == 1

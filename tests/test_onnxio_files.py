@@ -4,24 +4,29 @@ import os
 
 import numpy as np
 import onnx
-
 from conftest import images
-from quantize import QuantConfig, modelio, quantize_
+
+from onnxio import files
+from quantize import Recipe, RunOptions, quantize
 from quantize.runtime import session
 
 
-def test_large_models_go_through_external_data_everywhere(monkeypatch, conv_model, calib_npz, tmp_path):
+def test_large_models_go_through_external_data_everywhere(
+    monkeypatch, conv_model, calib_npz, tmp_path
+):
     small = onnx.load(str(conv_model))
-    monkeypatch.setattr(modelio, "PROTOBUF_LIMIT", 10_000)  # every model here now counts as large
-    result = quantize_(conv_model, calib_npz, QuantConfig(calib_samples=50))
+    monkeypatch.setattr(files, "PROTOBUF_LIMIT", 10_000)  # every model here now counts as large
+    result = quantize(conv_model, calib_npz, Recipe(), RunOptions(calib_samples=50))
     out = tmp_path / "out" / "big.onnx"
     out.parent.mkdir()
-    modelio.save_model(result.model, out)
+    files.save_model(result.model, out)
     assert sorted(os.listdir(out.parent)) == ["big.onnx", "big.onnx.data"]
     biggest = max(result.model.graph.initializer, key=lambda t: t.ByteSize())
     assert (out.parent / "big.onnx.data").stat().st_size >= len(biggest.raw_data) > 0
     assert biggest.raw_data not in out.read_bytes()
-    assert result.model.graph.initializer[0].data_location == onnx.TensorProto.DEFAULT  # the caller's model is untouched
+    assert (
+        result.model.graph.initializer[0].data_location == onnx.TensorProto.DEFAULT
+    )  # the caller's model is untouched
     x = images(3, size=16)
     from_disk = session(out).run(None, {"x": x})[0]
     np.testing.assert_array_equal(from_disk, session(result.model).run(None, {"x": x})[0])

@@ -44,7 +44,9 @@ def test_extrapolation_to_infinite_n_removes_the_jitter_but_keeps_a_real_shift()
         return np.stack([np.histogram(values[odd == h], edges)[0] for h in (False, True)])
 
     jittered, shifted = x + rng.normal(scale=0.05, size=len(x)), x + 0.3
-    assert separation_power(halves(x).sum(0), halves(jittered).sum(0)) > 0.01  # the same distribution reads 0.01+
+    assert (
+        separation_power(halves(x).sum(0), halves(jittered).sum(0)) > 0.01
+    )  # the same distribution reads 0.01+
     assert abs(extrapolated_separation(halves(x), halves(jittered))) < 0.003
     # A 0.3 sigma shift of a Gaussian separates by 0.3**2 / 4 = 0.0225 (S ~ mu^2 / 4 sigma^2); the
     # histograms of 4000 samples read more, the extrapolation finds it.
@@ -71,8 +73,12 @@ def test_energy_scale_and_depth_shifts_are_caught(files):
     root, a, _ = files
     slightly = _modified(root, a, "slightly.h5", lambda e: e * 1.05)
     scaled = _modified(root, a, "scaled.h5", lambda e: e * 1.2)
-    deeper = _modified(root, a, "deeper.h5", lambda e: np.roll(e, 3, axis=3))  # about 2 sigma of shower depth
-    assert compare(open_showers(a), open_showers(slightly), centres=(100,)).bins[0]["sampling_fraction_shift"] == pytest.approx(0.05, abs=1e-6)
+    deeper = _modified(
+        root, a, "deeper.h5", lambda e: np.roll(e, 3, axis=3)
+    )  # about 2 sigma of shower depth
+    assert compare(open_showers(a), open_showers(slightly), centres=(100,)).bins[0][
+        "sampling_fraction_shift"
+    ] == pytest.approx(0.05, abs=1e-6)
     by_scale = compare(open_showers(a), open_showers(scaled), centres=(100,))
     assert by_scale.max_separation["sampling_fraction"] > 0.8  # 20 % against a 6 % resolution
     by_depth = compare(open_showers(a), open_showers(deeper), centres=(100,))
@@ -83,9 +89,15 @@ def test_energy_scale_and_depth_shifts_are_caught(files):
 def test_every_shower_is_counted_and_a_diffuse_shower_is_caught(files):
     root, a, _ = files
     # 60 % more energy spread evenly over the cells: m2_x near 30 cells^2 instead of 1.
-    diffuse = _modified(root, a, "diffuse.h5", lambda e: e + e.sum(axis=(1, 2, 3), keepdims=True) * 0.6 / e[0].size)
+    diffuse = _modified(
+        root, a, "diffuse.h5", lambda e: e + e.sum(axis=(1, 2, 3), keepdims=True) * 0.6 / e[0].size
+    )
     result = compare(open_showers(a), open_showers(diffuse), centres=(100,))
-    counted = {name: sum(h["generated"]) for name, h in result.bins[0]["histograms"].items() if name != "cell_log10_energy"}
+    counted = {
+        name: sum(h["generated"])
+        for name, h in result.bins[0]["histograms"].items()
+        if name != "cell_log10_energy"
+    }
     assert set(counted.values()) == {600}, counted
     assert result.max_separation["m2_x"] > 0.9 and result.max_separation["m2_y"] > 0.9
 
@@ -94,18 +106,47 @@ def test_chunking_does_not_change_the_result(files):
     _, a, b = files
     whole = compare(open_showers(a), open_showers(b), centres=(100,), chunk=1000)
     pieces = compare(open_showers(a), open_showers(b), centres=(100,), chunk=7)
-    assert whole.max_separation == pytest.approx(pieces.max_separation, rel=1e-4, abs=1e-9)  # float32 summation order
-    assert whole.max_separation_infinite_n == pytest.approx(pieces.max_separation_infinite_n, rel=1e-4, abs=1e-9)
+    assert whole.max_separation == pytest.approx(
+        pieces.max_separation, rel=1e-4, abs=1e-9
+    )  # float32 summation order
+    assert whole.max_separation_infinite_n == pytest.approx(
+        pieces.max_separation_infinite_n, rel=1e-4, abs=1e-9
+    )
 
 
 def test_cli_reports_and_rejects_bad_files(files, tmp_path):
     _, a, b = files
-    run = subprocess.run([sys.executable, "-m", "physics_metrics", str(a), str(b), "--bins", "100", "--json", str(tmp_path / "m.json")],
-                         capture_output=True, text=True)
-    assert run.returncode == 0 and "3DGAN combined metric" in run.stdout and (tmp_path / "m.json").exists()
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "physics_metrics",
+            str(a),
+            str(b),
+            "--bins",
+            "100",
+            "--json",
+            str(tmp_path / "m.json"),
+        ],
+        capture_output=True,
+        text=True,
+    )
+    assert (
+        run.returncode == 0
+        and "3DGAN combined metric" in run.stdout
+        and (tmp_path / "m.json").exists()
+    )
     (tmp_path / "junk.h5").write_bytes(b"not hdf5")
-    run = subprocess.run([sys.executable, "-m", "physics_metrics", str(a), str(tmp_path / "junk.h5")], capture_output=True, text=True)
-    assert run.returncode == 2 and "junk.h5: not a readable HDF5" in run.stderr and "Traceback" not in run.stderr
+    run = subprocess.run(
+        [sys.executable, "-m", "physics_metrics", str(a), str(tmp_path / "junk.h5")],
+        capture_output=True,
+        text=True,
+    )
+    assert (
+        run.returncode == 2
+        and "junk.h5: not a readable HDF5" in run.stderr
+        and "Traceback" not in run.stderr
+    )
 
 
 def test_physics_report_compares_every_candidate_with_the_reference_and_the_baseline(files):
@@ -113,11 +154,20 @@ def test_physics_report_compares_every_candidate_with_the_reference_and_the_base
 
     root, a, b = files
     doubled = _modified(root, a, "doubled_report.h5", lambda e: 2 * e)
-    report = physics_report(open_showers(b), {"FP32": open_showers(a), "INT8": open_showers(a), "bad": open_showers(doubled)},
-                            baseline="FP32", bins=(100,))
-    assert set(report["vs_reference"]) == {"FP32", "INT8", "bad"} and set(report["vs_baseline"]) == {"INT8", "bad"}
+    report = physics_report(
+        open_showers(b),
+        {"FP32": open_showers(a), "INT8": open_showers(a), "bad": open_showers(doubled)},
+        baseline="FP32",
+        bins=(100,),
+    )
+    assert set(report["vs_reference"]) == {"FP32", "INT8", "bad"} and set(
+        report["vs_baseline"]
+    ) == {"INT8", "bad"}
     assert max(report["vs_baseline"]["INT8"]["max_separation"].values()) == 0.0  # identical showers
     assert report["vs_baseline"]["bad"]["bins"][0]["sampling_fraction_shift"] == pytest.approx(1.0)
     page = physics_html(report)
-    assert page.count("<img src='data:image/png;base64,") == 5 and "Against FP32 on the same latents" in page
+    assert (
+        page.count("<img src='data:image/png;base64,") == 5
+        and "Against FP32 on the same latents" in page
+    )
     assert "histograms" not in str(compact(report)) and "histograms" in str(report)

@@ -1,51 +1,76 @@
-import json
-
 import numpy as np
 import onnx
 import pytest
+from conftest import conv_net, images, mixed_ops_net, token_net
 from onnx import TensorProto, helper
 
-from conftest import conv_net, images, mixed_ops_net, token_net
-from quantize import QuantConfig, quantize_
-from quantize.errors import QuantizeError
+from calibration import METHODS
+from onnxio import InputError
+from quantize import NodeOverrides, Recipe, RunOptions, quantize
 from quantize.coverage import INTEGER_OPS, MOVEMENT_OPS, optimized_graph
 from quantize.policy import RULES, OpRule
 from quantize.runtime import session
 
 
 def test_every_compute_op_of_a_cnn_runs_as_an_integer_kernel(conv_model, calib_npz):
-    result = quantize_(conv_model, calib_npz, QuantConfig(calib_samples=100, time_kernels=False))
-    assert result.kernels["int8"] == {"QGemm": 1, "QLinearAdd": 1, "QLinearConv": 2, "QLinearGlobalAveragePool": 1}
+    result = quantize(
+        conv_model, calib_npz, Recipe(kernel_timing=False), RunOptions(calib_samples=100)
+    )
+    assert result.kernels["int8"] == {
+        "QGemm": 1,
+        "QLinearAdd": 1,
+        "QLinearConv": 2,
+        "QLinearGlobalAveragePool": 1,
+    }
     assert result.kernels["float"] == {}, result.kernels["float"]
     assert {d.op_type for d in result.decisions if d.precision == "fp32"} <= {"Flatten"}
     assert min(result.output_sqnr_db.values()) > 25
     assert result.sqnr_samples == "20 held-out samples"
-    recipe = {p.key: p.value for p in result.model.metadata_props}
-    assert json.loads(recipe["quantize.recipe"])["method"] == "percentile"
+    assert Recipe.from_model(result.model) == Recipe(
+        target=result.recipe.target, kernel_timing=False
+    )
 
 
 @pytest.mark.parametrize("method", ["minmax", "percentile", "entropy", "mse"])
 def test_every_method_gives_a_faithful_model(conv_model, calib_npz, method):
-    result = quantize_(conv_model, calib_npz, QuantConfig(method=method, calib_samples=100))
+    result = quantize(
+        conv_model, calib_npz, Recipe(ranges=METHODS[method]()), RunOptions(calib_samples=100)
+    )
     assert min(result.output_sqnr_db.values()) > 20, method
     assert min(result.layer_sqnr_db.values()) > 15, result.layer_sqnr_db
 
 
 def test_exclude_by_op_type_and_by_name(conv_model, calib_npz):
-    result = quantize_(conv_model, calib_npz, QuantConfig(calib_samples=100, exclude=("Add", "conv1"), time_kernels=False))
+    result = quantize(
+        conv_model,
+        calib_npz,
+        Recipe(kernel_timing=False, overrides=NodeOverrides(fp32=("Add", "conv1"))),
+        RunOptions(calib_samples=100),
+    )
     fp32 = {d.name: d.reason for d in result.decisions if d.precision == "fp32"}
     assert fp32["add1"] == fp32["conv1"] == "excluded by the user"
-    assert "QLinearAdd" not in result.kernels["int8"] and result.kernels["int8"].get("QLinearConv") == 1
+    assert (
+        "QLinearAdd" not in result.kernels["int8"]
+        and result.kernels["int8"].get("QLinearConv") == 1
+    )
 
 
 def test_ops_ort_cannot_run_in_int8_are_left_in_fp32_not_wrapped(tmp_path, calib_npz, monkeypatch):
     model = conv_net()
     gap = next(n for n in model.graph.node if n.op_type == "GlobalAveragePool")
-    model.graph.node.insert(list(model.graph.node).index(gap), onnx.helper.make_node("Tanh", ["r2"], ["t2"], name="tanh"))
+    model.graph.node.insert(
+        list(model.graph.node).index(gap),
+        onnx.helper.make_node("Tanh", ["r2"], ["t2"], name="tanh"),
+    )
     gap.input[0] = "t2"
     onnx.save(model, str(tmp_path / "tanh.onnx"))
     monkeypatch.setitem(RULES, "Tanh", OpRule())  # pretend the policy thought ORT had a kernel
-    result = quantize_(tmp_path / "tanh.onnx", calib_npz, QuantConfig(calib_samples=100, time_kernels=False))
+    result = quantize(
+        tmp_path / "tanh.onnx",
+        calib_npz,
+        Recipe(kernel_timing=False),
+        RunOptions(calib_samples=100),
+    )
     decision = next(d for d in result.decisions if d.name == "tanh")
     assert decision.precision == "fp32" and "no fusion for this pattern" in decision.reason
     # It now sits on the border of two INT8 regions; no Q/DQ pair exists for its sake.
@@ -63,14 +88,20 @@ def test_ops_ort_cannot_run_in_int8_are_left_in_fp32_not_wrapped(tmp_path, calib
         return downstream(node.output[0]) if node.op_type in MOVEMENT_OPS else node
 
     dequantize = producer[tanh.input[0]]
-    assert dequantize.op_type == "DequantizeLinear" and upstream(dequantize.input[0]).op_type in INTEGER_OPS
+    assert (
+        dequantize.op_type == "DequantizeLinear"
+        and upstream(dequantize.input[0]).op_type in INTEGER_OPS
+    )
     quantize_after = downstream(tanh.output[0])
-    assert quantize_after.op_type == "QuantizeLinear" and downstream(quantize_after.output[0]).op_type in INTEGER_OPS
+    assert (
+        quantize_after.op_type == "QuantizeLinear"
+        and downstream(quantize_after.output[0]).op_type in INTEGER_OPS
+    )
 
 
 def test_old_opsets_are_raised_to_13_and_stay_valid(tmp_path, calib_npz):
     onnx.save(conv_net(opset=11), str(tmp_path / "old.onnx"))
-    result = quantize_(tmp_path / "old.onnx", calib_npz, QuantConfig(calib_samples=50))
+    result = quantize(tmp_path / "old.onnx", calib_npz, Recipe(), RunOptions(calib_samples=50))
     onnx.checker.check_model(result.model)
     assert next(o.version for o in result.model.opset_import if o.domain == "") >= 13
     x = images(3)
@@ -82,7 +113,7 @@ def test_opset_10_model_is_upgraded(tmp_path, calib_npz):
     model = conv_net(opset=11)
     model.opset_import[0].version = 10
     onnx.save(model, str(tmp_path / "v10.onnx"))
-    result = quantize_(tmp_path / "v10.onnx", calib_npz, QuantConfig(calib_samples=50))
+    result = quantize(tmp_path / "v10.onnx", calib_npz, Recipe(), RunOptions(calib_samples=50))
     assert next(o.version for o in result.model.opset_import if o.domain == "") >= 13
 
 
@@ -91,7 +122,9 @@ def test_a_fixed_batch_dimension_is_respected(tmp_path):
     model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 4
     onnx.save(model, str(tmp_path / "fixed.onnx"))
     np.save(tmp_path / "c.npy", images(30))
-    result = quantize_(tmp_path / "fixed.onnx", tmp_path / "c.npy", QuantConfig(calib_samples=100))
+    result = quantize(
+        tmp_path / "fixed.onnx", tmp_path / "c.npy", Recipe(), RunOptions(calib_samples=100)
+    )
     assert result.calibration_samples == 24 and result.sqnr_samples == "4 held-out samples"
     assert min(result.output_sqnr_db.values()) > 20
 
@@ -99,22 +132,39 @@ def test_a_fixed_batch_dimension_is_respected(tmp_path):
 def test_every_op_of_the_policy_table_becomes_an_integer_kernel(tmp_path):
     onnx.save(mixed_ops_net(), str(tmp_path / "mixed.onnx"))
     np.save(tmp_path / "x.npy", images(80))
-    result = quantize_(tmp_path / "mixed.onnx", tmp_path / "x.npy", QuantConfig(time_kernels=False))
+    result = quantize(tmp_path / "mixed.onnx", tmp_path / "x.npy", Recipe(kernel_timing=False))
     assert result.kernels["float"] == {}
-    assert result.kernels["int8"] == {"QLinearAveragePool": 1, "QLinearConcat": 1, "QLinearConv": 4, "QLinearLeakyRelu": 1,
-                                      "QLinearMul": 1, "QLinearSigmoid": 1}
+    assert result.kernels["int8"] == {
+        "QLinearAveragePool": 1,
+        "QLinearConcat": 1,
+        "QLinearConv": 4,
+        "QLinearLeakyRelu": 1,
+        "QLinearMul": 1,
+        "QLinearSigmoid": 1,
+    }
     assert all(d.precision == "int8" for d in result.decisions)
-    assert [o.name for o in result.model.graph.output] == ["y"]  # the quantized output keeps its name
+    assert [o.name for o in result.model.graph.output] == [
+        "y"
+    ]  # the quantized output keeps its name
     assert min(result.output_sqnr_db.values()) > 25
 
 
 def test_token_model_with_integer_ids_mask_and_sequence_matmuls(tmp_path):
     onnx.save(token_net(), str(tmp_path / "tokens.onnx"))
     rng = np.random.default_rng(0)
-    np.savez(tmp_path / "c.npz", ids=rng.integers(0, 100, (100, 12)), mask=(rng.random((100, 12)) > 0.2).astype(np.float32))
-    result = quantize_(tmp_path / "tokens.onnx", tmp_path / "c.npz", QuantConfig(time_kernels=False))
+    np.savez(
+        tmp_path / "c.npz",
+        ids=rng.integers(0, 100, (100, 12)),
+        mask=(rng.random((100, 12)) > 0.2).astype(np.float32),
+    )
+    result = quantize(tmp_path / "tokens.onnx", tmp_path / "c.npz", Recipe(kernel_timing=False))
     # the bias Add too; the last MatMul feeds the FP32 Softmax, so it keeps a float output
-    assert result.kernels["int8"] == {"QLinearAdd": 1, "QLinearMatMul": 1, "MatMulIntegerToFloat": 1, "QLinearMul": 1}
+    assert result.kernels["int8"] == {
+        "QLinearAdd": 1,
+        "QLinearMatMul": 1,
+        "MatMulIntegerToFloat": 1,
+        "QLinearMul": 1,
+    }
     assert "o_QuantizeLinear" not in {n.name for n in result.model.graph.node}
     assert result.kernels["float"] == {"Softmax": 1}
     decisions = {d.name: d for d in result.decisions}
@@ -135,10 +185,16 @@ def attention_net(width: int = 16) -> onnx.ModelProto:
         helper.make_node("MatMul", ["c", "wo"], ["o"], name="out"),
         helper.make_node("Add", ["o", "x"], ["y"], name="residual"),
     ]
-    inits = [onnx.numpy_helper.from_array(rng.normal(0, 0.3, (width, width)).astype(np.float32), n) for n in ("wq", "wk", "wo")]
+    inits = [
+        onnx.numpy_helper.from_array(rng.normal(0, 0.3, (width, width)).astype(np.float32), n)
+        for n in ("wq", "wk", "wo")
+    ]
     x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", "S", width])
     y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", "S", width])
-    model = helper.make_model(helper.make_graph(nodes, "attention", [x], [y], inits), opset_imports=[helper.make_opsetid("", 17)])
+    model = helper.make_model(
+        helper.make_graph(nodes, "attention", [x], [y], inits),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
     model.ir_version = 8
     return model
 
@@ -146,38 +202,56 @@ def attention_net(width: int = 16) -> onnx.ModelProto:
 def test_transformer_recipe_quantizes_weight_matmuls_only_and_takes_feeds_of_any_length(tmp_path):
     onnx.save(attention_net(), str(tmp_path / "attention.onnx"))
     rng = np.random.default_rng(0)
-    feeds = [{"x": rng.normal(0, 1, (2, length, 16)).astype(np.float32)} for length in (3, 7, 12, 5, 9, 4)]
-    result = quantize_(tmp_path / "attention.onnx", feeds, QuantConfig.transformer(time_kernels=False))
+    feeds = [
+        {"x": rng.normal(0, 1, (2, length, 16)).astype(np.float32)}
+        for length in (3, 7, 12, 5, 9, 4)
+    ]
+    result = quantize(tmp_path / "attention.onnx", feeds, Recipe.transformer(kernel_timing=False))
     precision = {d.name: d.precision for d in result.decisions}
-    assert {n: precision[n] for n in ("query", "key", "out")} == {"query": "int8", "key": "int8", "out": "int8"}
-    assert {n: precision[n] for n in ("scores", "context", "residual", "key_t")} == dict.fromkeys(("scores", "context", "residual", "key_t"), "fp32")
-    assert result.kernels["int8"] == {"MatMulIntegerToFloat": 3}  # integer GEMMs with float outputs: no requantization
+    assert {n: precision[n] for n in ("query", "key", "out")} == {
+        "query": "int8",
+        "key": "int8",
+        "out": "int8",
+    }
+    assert {n: precision[n] for n in ("scores", "context", "residual", "key_t")} == dict.fromkeys(
+        ("scores", "context", "residual", "key_t"), "fp32"
+    )
+    assert result.kernels["int8"] == {
+        "MatMulIntegerToFloat": 3
+    }  # integer GEMMs with float outputs: no requantization
     assert min(result.output_sqnr_db.values()) > 25
     assert result.calibration_samples + 1 == len(feeds)  # one feed held out for the SQNR
 
 
 def test_an_empty_list_of_feeds_is_a_clean_error(tmp_path):
     onnx.save(attention_net(), str(tmp_path / "attention.onnx"))
-    with pytest.raises(QuantizeError, match="empty"):
-        quantize_(tmp_path / "attention.onnx", [], QuantConfig.transformer())
+    with pytest.raises(InputError, match="empty"):
+        quantize(tmp_path / "attention.onnx", [], Recipe.transformer())
 
 
 @pytest.mark.parametrize("option", ["wide_outputs", "residual_inputs"])
 def test_refined_convs_must_be_convs_that_only_fp32_ops_read(conv_model, calib_npz, option):
-    with pytest.raises(QuantizeError, match=f"{option} names 'fc', which is not a Conv"):
-        quantize_(conv_model, calib_npz, QuantConfig(**{option: ("fc",)}))
-    with pytest.raises(QuantizeError, match="read by INT8"):
-        quantize_(conv_model, calib_npz, QuantConfig(**{option: ("conv2",)}))
+    with pytest.raises(InputError, match=f"{option} names 'fc', which is not a Conv"):
+        quantize(conv_model, calib_npz, Recipe(overrides=NodeOverrides(**{option: ("fc",)})))
+    with pytest.raises(InputError, match="read by INT8"):
+        quantize(conv_model, calib_npz, Recipe(overrides=NodeOverrides(**{option: ("conv2",)})))
 
 
 def test_an_excluded_conv_between_int8_neighbours_really_runs_in_fp32(conv_model, calib_npz):
     """ORT's WeightBiasQuantization would round the weight of a float Conv fed by a per-tensor
     DequantizeLinear to int8 and fuse it into QLinearConv; the FP32 Conv reads a per-channel one."""
-    result = quantize_(conv_model, calib_npz, QuantConfig(calib_samples=100, exclude=("conv2",), time_kernels=False))
+    result = quantize(
+        conv_model,
+        calib_npz,
+        Recipe(kernel_timing=False, overrides=NodeOverrides(fp32=("conv2",))),
+        RunOptions(calib_samples=100),
+    )
     assert result.kernels["int8"]["QLinearConv"] == 1 and result.kernels["int8"]["QLinearAdd"] == 1
     graph = optimized_graph(result.model)
     producer = {o: n for n in graph.node for o in n.output}
-    conv2 = next(n for n in graph.node if n.op_type == "Conv")  # ORT names it after its output, in its NCHWc layout
+    conv2 = next(
+        n for n in graph.node if n.op_type == "Conv"
+    )  # ORT names it after its output, in its NCHWc layout
     assert producer.get(conv2.input[1]) is None  # a float initializer, not a dequantized int8 one
 
 
@@ -187,7 +261,9 @@ def masked_attention_net(width: int = 8) -> onnx.ModelProto:
     nodes = [
         helper.make_node("Sub", ["one", "mask"], ["inverted"], name="invert_mask"),
         helper.make_node("Mul", ["inverted", "lowest"], ["mask_bias"], name="mask_bias"),
-        helper.make_node("Unsqueeze", ["mask_bias", "axis1"], ["mask_bias3"], name="unsqueeze_mask"),
+        helper.make_node(
+            "Unsqueeze", ["mask_bias", "axis1"], ["mask_bias3"], name="unsqueeze_mask"
+        ),
         helper.make_node("MatMul", ["x", "wq"], ["q"], name="query"),
         helper.make_node("Transpose", ["x"], ["xt"], perm=[0, 2, 1], name="x_t"),
         helper.make_node("MatMul", ["q", "xt"], ["scores"], name="scores"),
@@ -196,12 +272,30 @@ def masked_attention_net(width: int = 8) -> onnx.ModelProto:
         helper.make_node("MatMul", ["p", "x"], ["context"], name="context"),
         helper.make_node("MatMul", ["context", "wo"], ["y"], name="out"),
     ]
-    inits = [onnx.numpy_helper.from_array(a, n) for n, a in (
-        ("one", np.float32(1)), ("lowest", np.finfo(np.float32).min), ("axis1", np.array([1], np.int64)),
-        ("wq", rng.normal(0, 0.3, (width, width)).astype(np.float32)), ("wo", rng.normal(0, 0.3, (width, width)).astype(np.float32)))]
-    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6, width]), helper.make_tensor_value_info("mask", TensorProto.FLOAT, ["N", 6])]
-    model = helper.make_model(helper.make_graph(nodes, "masked", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 6, width])], inits),
-                              opset_imports=[helper.make_opsetid("", 17)])
+    inits = [
+        onnx.numpy_helper.from_array(a, n)
+        for n, a in (
+            ("one", np.float32(1)),
+            ("lowest", np.finfo(np.float32).min),
+            ("axis1", np.array([1], np.int64)),
+            ("wq", rng.normal(0, 0.3, (width, width)).astype(np.float32)),
+            ("wo", rng.normal(0, 0.3, (width, width)).astype(np.float32)),
+        )
+    ]
+    inputs = [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 6, width]),
+        helper.make_tensor_value_info("mask", TensorProto.FLOAT, ["N", 6]),
+    ]
+    model = helper.make_model(
+        helper.make_graph(
+            nodes,
+            "masked",
+            inputs,
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 6, width])],
+            inits,
+        ),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
     model.ir_version = 8
     return model
 
@@ -210,12 +304,17 @@ def test_an_attention_mask_of_finfo_min_stays_fp32_and_the_rest_is_quantized(tmp
     onnx.save(masked_attention_net(), str(tmp_path / "masked.onnx"))
     rng = np.random.default_rng(0)
     mask = np.ones((80, 6), np.float32)
-    mask[40::2, 4:] = 0  # padding only after the first batches: the histogram must grow to cover finfo.min
+    mask[40::2, 4:] = (
+        0  # padding only after the first batches: the histogram must grow to cover finfo.min
+    )
     np.savez(tmp_path / "c.npz", x=rng.normal(0, 1, (80, 6, 8)).astype(np.float32), mask=mask)
-    result = quantize_(tmp_path / "masked.onnx", tmp_path / "c.npz", QuantConfig(time_kernels=False))
+    result = quantize(tmp_path / "masked.onnx", tmp_path / "c.npz", Recipe(kernel_timing=False))
     decisions = {d.name: d for d in result.decisions}
     for name in ("mask_bias", "apply_mask"):
-        assert decisions[name].precision == "fp32" and "no uint8 scale can cover" in decisions[name].reason, decisions[name]
+        assert (
+            decisions[name].precision == "fp32"
+            and "no uint8 scale can cover" in decisions[name].reason
+        ), decisions[name]
     assert decisions["query"].precision == decisions["out"].precision == "int8"
     assert min(result.output_sqnr_db.values()) > 20
 
@@ -224,24 +323,39 @@ def test_a_relu_after_a_gemm_with_a_float_output_is_kept(tmp_path):
     """Gemm -> Relu -> Softmax: no INT8 op reads the Gemm, so ORT gives it a float output and
     no uint8 clamp exists to replace the Relu."""
     rng = np.random.default_rng(4)
-    nodes = [helper.make_node("Gemm", ["x", "w", "b"], ["h"], name="fc"), helper.make_node("Relu", ["h"], ["r"], name="relu"),
-             helper.make_node("Softmax", ["r"], ["y"], axis=-1, name="softmax")]
-    inits = [onnx.numpy_helper.from_array(rng.normal(0, 0.5, (8, 8)).astype(np.float32), "w"),
-             onnx.numpy_helper.from_array(rng.normal(0, 0.5, 8).astype(np.float32), "b")]
-    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])], inits)
+    nodes = [
+        helper.make_node("Gemm", ["x", "w", "b"], ["h"], name="fc"),
+        helper.make_node("Relu", ["h"], ["r"], name="relu"),
+        helper.make_node("Softmax", ["r"], ["y"], axis=-1, name="softmax"),
+    ]
+    inits = [
+        onnx.numpy_helper.from_array(rng.normal(0, 0.5, (8, 8)).astype(np.float32), "w"),
+        onnx.numpy_helper.from_array(rng.normal(0, 0.5, 8).astype(np.float32), "b"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])],
+        inits,
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, str(tmp_path / "g.onnx"))
     np.save(tmp_path / "x.npy", rng.normal(0, 1, (80, 8)).astype(np.float32))
-    result = quantize_(tmp_path / "g.onnx", tmp_path / "x.npy", QuantConfig(time_kernels=False))
+    result = quantize(tmp_path / "g.onnx", tmp_path / "x.npy", Recipe(kernel_timing=False))
     decisions = {d.name: d for d in result.decisions}
-    assert decisions["fc"].precision == "int8" and "INT8 GEMM whose output stays float" in decisions["relu"].reason
+    assert (
+        decisions["fc"].precision == "int8"
+        and "INT8 GEMM whose output stays float" in decisions["relu"].reason
+    )
     assert "Relu" in {n.op_type for n in result.model.graph.node}
     assert min(result.output_sqnr_db.values()) > 30
 
 
-def test_float_islands_are_dropped_for_as_many_rounds_as_it_takes(conv_model, calib_npz, monkeypatch):
+def test_float_islands_are_dropped_for_as_many_rounds_as_it_takes(
+    conv_model, calib_npz, monkeypatch
+):
     """Each round ORT may reveal a new island; the model returned has none left."""
     from quantize import pipeline
 
@@ -254,9 +368,13 @@ def test_float_islands_are_dropped_for_as_many_rounds_as_it_takes(conv_model, ca
         return {left[0]} if left else real(executed, planned)
 
     monkeypatch.setattr(pipeline.coverage, "float_islands", one_at_a_time)
-    result = quantize_(conv_model, calib_npz, QuantConfig(calib_samples=100, time_kernels=False))
+    result = quantize(
+        conv_model, calib_npz, Recipe(kernel_timing=False), RunOptions(calib_samples=100)
+    )
     precision = {d.name: d.precision for d in result.decisions}
-    assert [precision[name] for name in order] == ["fp32"] * len(order) and len(rounds) == len(order) + 1
+    assert [precision[name] for name in order] == ["fp32"] * len(order) and len(rounds) == len(
+        order
+    ) + 1
 
 
 def test_a_bias_too_large_for_int32_widens_the_weight_scale_instead_of_clipping(tmp_path):
@@ -264,15 +382,21 @@ def test_a_bias_too_large_for_int32_widens_the_weight_scale_instead_of_clipping(
     the output must still be the bias, not the int32 limit's 0.01."""
     rng = np.random.default_rng(5)
     conv = helper.make_node("Conv", ["x", "w", "b"], ["y"], name="conv")
-    graph = helper.make_graph([conv], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 4, 4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2, 2, 2])],
-                              [onnx.numpy_helper.from_array(rng.normal(0, 0.1, (2, 3, 3, 3)).astype(np.float32), "w"),
-                               onnx.numpy_helper.from_array(np.array([1000.0, -500.0], np.float32), "b")])
+    graph = helper.make_graph(
+        [conv],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 4, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 2, 2, 2])],
+        [
+            onnx.numpy_helper.from_array(rng.normal(0, 0.1, (2, 3, 3, 3)).astype(np.float32), "w"),
+            onnx.numpy_helper.from_array(np.array([1000.0, -500.0], np.float32), "b"),
+        ],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.save(model, str(tmp_path / "g.onnx"))
     np.save(tmp_path / "x.npy", rng.uniform(0, 1e-6, (40, 3, 4, 4)).astype(np.float32))
-    result = quantize_(tmp_path / "g.onnx", tmp_path / "x.npy", QuantConfig(time_kernels=False))
+    result = quantize(tmp_path / "g.onnx", tmp_path / "x.npy", Recipe(kernel_timing=False))
     assert result.kernels["int8"] == {"QLinearConv": 1}
     assert min(result.output_sqnr_db.values()) > 40
 
@@ -281,10 +405,17 @@ def test_a_float16_model_is_a_clear_error_not_a_silent_copy(tmp_path, calib_npz)
     model = conv_net(channels=8)
     for tensor in model.graph.initializer:
         if tensor.data_type == TensorProto.FLOAT:
-            tensor.CopyFrom(onnx.numpy_helper.from_array(onnx.numpy_helper.to_array(tensor).astype(np.float16), tensor.name))
+            tensor.CopyFrom(
+                onnx.numpy_helper.from_array(
+                    onnx.numpy_helper.to_array(tensor).astype(np.float16), tensor.name
+                )
+            )
     for value in [*model.graph.input, *model.graph.output]:
         value.type.tensor_type.elem_type = TensorProto.FLOAT16
     onnx.save(model, str(tmp_path / "half.onnx"))
     np.savez(tmp_path / "c.npz", x=images(40).astype(np.float16))
-    with pytest.raises(QuantizeError, match="half.onnx: the model computes in float16: INT8 quantization starts from a float32 model"):
-        quantize_(tmp_path / "half.onnx", tmp_path / "c.npz", QuantConfig(time_kernels=False))
+    with pytest.raises(
+        InputError,
+        match="half.onnx: the model computes in float16: INT8 quantization starts from a float32 model",
+    ):
+        quantize(tmp_path / "half.onnx", tmp_path / "c.npz", Recipe(kernel_timing=False))

@@ -8,20 +8,24 @@ import sys
 import numpy as np
 import onnx
 import pytest
+from conftest import skip_outside_ci
 from PIL import Image
 
-from conftest import skip_outside_ci
 from models.resnet50 import data
 from models.resnet50.build import TrainRecipe, build
 
-pytestmark = skip_outside_ci(not data.DATASET_DIR.exists(), "needs the Debian package dataset-fashion-mnist")
+pytestmark = skip_outside_ci(
+    not data.DATASET_DIR.exists(), "needs the Debian package dataset-fashion-mnist"
+)
 
 
 @pytest.fixture(scope="module")
 def cache(tmp_path_factory):
     root = tmp_path_factory.mktemp("cache")
     os.environ["QUANTIZE_CACHE"] = str(root)
-    recipe = TrainRecipe(epochs=1, train_samples=2048, batch=64, stages=(1, 1, 1, 1), calib_samples=256)
+    recipe = TrainRecipe(
+        epochs=1, train_samples=2048, batch=64, stages=(1, 1, 1, 1), calib_samples=256
+    )
     yield build(recipe, log=lambda *_: None)
     del os.environ["QUANTIZE_CACHE"]
 
@@ -36,32 +40,56 @@ def test_build_caches_a_trained_model_with_its_preprocessing_recipe(cache):
     model = onnx.load(str(cache / "resnet50.onnx"))
     recipe = json.loads({p.key: p.value for p in model.metadata_props}["quantize.preprocess"])
     assert recipe["size"] == 32 and recipe["layout"] == "NHWC"
-    assert build(TrainRecipe(epochs=99), out_dir=cache, log=lambda *_: None) == cache  # reused, not retrained
+    assert (
+        build(TrainRecipe(epochs=99), out_dir=cache, log=lambda *_: None) == cache
+    )  # reused, not retrained
 
 
 def test_cli_quantizes_with_top1_report(cache, tmp_path):
     env = dict(os.environ, QUANTIZE_CACHE=str(cache.parent))
-    run = subprocess.run([sys.executable, "-m", "quantize", str(cache / "resnet50.onnx"), "--calib", str(cache / "calib.npz"),
-                          "-o", str(tmp_path / "int8.onnx"), "--report", str(tmp_path / "report.html"), "--evaluate", "resnet50"],
-                         capture_output=True, text=True, env=env)
+    run = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "quantize",
+            str(cache / "resnet50.onnx"),
+            "--calib",
+            str(cache / "calib.npz"),
+            "-o",
+            str(tmp_path / "int8.onnx"),
+            "--report",
+            str(tmp_path / "report.html"),
+            "--evaluate",
+            "resnet50",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert run.returncode == 0, run.stderr
     metric = json.loads((tmp_path / "report.json").read_text())["metric"]
-    assert metric["fp32"] > 35, f"the tiny network should learn Fashion-MNIST well above chance (10 %): {metric}"
+    assert metric["fp32"] > 35, (
+        f"the tiny network should learn Fashion-MNIST well above chance (10 %): {metric}"
+    )
     assert abs(metric["drop"]) < 2.0, metric
     assert "top-1 %" in (tmp_path / "report.html").read_text()
 
 
 def test_image_directory_calibration_uses_the_stored_recipe(cache, tmp_path):
-    from quantize import QuantConfig, quantize_
+    from quantize import Recipe, RunOptions, quantize
 
     images, _ = data.load_split("train")
     folder = tmp_path / "images"
     folder.mkdir()
     for i in range(40):
         Image.fromarray(images[i]).save(folder / f"{i:03d}.png")
-    from_images = quantize_(cache / "resnet50.onnx", folder, QuantConfig(calib_samples=32))
-    from_arrays = quantize_(cache / "resnet50.onnx", cache / "calib.npz", QuantConfig(calib_samples=32))
+    from_images = quantize(cache / "resnet50.onnx", folder, Recipe(), RunOptions(calib_samples=32))
+    from_arrays = quantize(
+        cache / "resnet50.onnx", cache / "calib.npz", Recipe(), RunOptions(calib_samples=32)
+    )
     first_scale = lambda m: next(i for i in m.graph.initializer if i.name.endswith("_scale"))  # noqa: E731
     a = onnx.numpy_helper.to_array(first_scale(from_images.model))
     b = onnx.numpy_helper.to_array(first_scale(from_arrays.model))
-    assert a == pytest.approx(b, rel=0.25), "the same normalisation gives input ranges of the same size"
+    assert a == pytest.approx(b, rel=0.25), (
+        "the same normalisation gives input ranges of the same size"
+    )

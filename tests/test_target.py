@@ -11,10 +11,10 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from conftest import conv_net, images, skip_outside_ci
 from onnx import TensorProto, helper, numpy_helper
 
-from conftest import conv_net, images, skip_outside_ci
-from quantize import QuantConfig, quantize_, runtime, target
+from quantize import Recipe, RunOptions, quantize, runtime, target
 from quantize.runtime import TargetMismatchWarning
 from quantize.validate import sqnr_db
 
@@ -26,25 +26,38 @@ def saturating_net() -> onnx.ModelProto:
     pairs of u8 x s8 products exceed an int16, so a saturating kernel visibly goes wrong."""
     rng = np.random.default_rng(3)
     conv = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], name="conv")
-    graph = helper.make_graph([conv], "saturating", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16, 8, 8])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8, 8, 8])],
-                              [numpy_helper.from_array(rng.uniform(0.6, 1.0, (8, 16, 3, 3)).astype(np.float32), "w")])
+    graph = helper.make_graph(
+        [conv],
+        "saturating",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8, 8, 8])],
+        [numpy_helper.from_array(rng.uniform(0.6, 1.0, (8, 16, 3, 3)).astype(np.float32), "w")],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model
 
 
 def int8_weights(model: onnx.ModelProto) -> np.ndarray:
-    return np.concatenate([numpy_helper.to_array(t).ravel() for t in model.graph.initializer if t.data_type == TensorProto.INT8])
+    return np.concatenate(
+        [
+            numpy_helper.to_array(t).ravel()
+            for t in model.graph.initializer
+            if t.data_type == TensorProto.INT8
+        ]
+    )
 
 
 def test_weight_range_per_target():
-    assert target.weight_qmax("avx2") == 64 and target.weight_qmax("vnni") == target.weight_qmax("amx") == 127
+    assert (
+        target.weight_qmax("avx2") == 64
+        and target.weight_qmax("vnni") == target.weight_qmax("amx") == 127
+    )
     assert 255 * 64 * 2 <= np.iinfo(np.int16).max < 255 * 127 * 2
     with pytest.raises(ValueError, match="unknown target 'sse'"):
         target.weight_qmax("sse")
     with pytest.raises(ValueError, match="unknown target"):
-        QuantConfig(target="avx512")
+        Recipe(target="avx512")
 
 
 def test_cpuid_reads_what_the_kernel_reports_and_the_probe_agrees_with_the_target():
@@ -64,29 +77,46 @@ def test_cpuid_reads_what_the_kernel_reports_and_the_probe_agrees_with_the_targe
 def test_a_model_keeps_its_targets_weight_range_and_records_the_target(tmp_path, made_for, qmax):
     onnx.save(conv_net(channels=8), str(tmp_path / "net.onnx"))
     np.save(tmp_path / "x.npy", images(40))
-    result = quantize_(tmp_path / "net.onnx", tmp_path / "x.npy", QuantConfig(target=made_for, time_kernels=False))
+    result = quantize(
+        tmp_path / "net.onnx", tmp_path / "x.npy", Recipe(target=made_for, kernel_timing=False)
+    )
     weights = int8_weights(result.model)
-    assert np.abs(weights).max() == qmax  # each channel's largest weight lands on the edge of the range
+    assert (
+        np.abs(weights).max() == qmax
+    )  # each channel's largest weight lands on the edge of the range
     metadata = {p.key: p.value for p in result.model.metadata_props}
-    assert metadata["quantize.target"] == made_for and json.loads(metadata["quantize.recipe"])["target"] == made_for
+    assert (
+        metadata["quantize.target"] == made_for
+        and json.loads(metadata["quantize.recipe"])["target"] == made_for
+    )
 
 
 def test_auto_is_this_machines_target(conv_model, calib_npz):
-    result = quantize_(conv_model, calib_npz, QuantConfig(calib_samples=40, time_kernels=False))
-    assert result.config.target == target.host_target()
-    assert {p.key: p.value for p in result.model.metadata_props}["quantize.target"] == target.host_target()
+    result = quantize(
+        conv_model, calib_npz, Recipe(kernel_timing=False), RunOptions(calib_samples=40)
+    )
+    assert result.recipe.target == target.host_target()
+    assert {p.key: p.value for p in result.model.metadata_props}[
+        "quantize.target"
+    ] == target.host_target()
 
 
-def test_a_full_range_model_on_a_saturating_cpu_warns_naming_both_and_runs_exact_kernels(tmp_path, monkeypatch):
+def test_a_full_range_model_on_a_saturating_cpu_warns_naming_both_and_runs_exact_kernels(
+    tmp_path, monkeypatch
+):
     onnx.save(saturating_net(), str(tmp_path / "s.onnx"))
     x = np.random.default_rng(0).uniform(0, 1, (32, 16, 8, 8)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
-    vnni = quantize_(tmp_path / "s.onnx", tmp_path / "x.npy", QuantConfig(target="vnni", time_kernels=False)).model
+    vnni = quantize(
+        tmp_path / "s.onnx", tmp_path / "x.npy", Recipe(target="vnni", kernel_timing=False)
+    ).model
     monkeypatch.setattr(runtime, "host_target", lambda: "avx2")
     with pytest.warns(TargetMismatchWarning, match="quantized for vnni .* INT8 path is avx2"):
         sess = runtime.session(vnni)
     assert sess.get_session_options().get_session_config_entry(target.EXACT_U8U8_OPTION) == "1"
-    made_for_avx2 = quantize_(tmp_path / "s.onnx", tmp_path / "x.npy", QuantConfig(target="avx2", time_kernels=False)).model
+    made_for_avx2 = quantize(
+        tmp_path / "s.onnx", tmp_path / "x.npy", Recipe(target="avx2", kernel_timing=False)
+    ).model
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         runtime.session(made_for_avx2)
@@ -117,14 +147,38 @@ def test_under_avx2_emulation_the_avx2_model_is_exact_and_a_vnni_model_is_caught
     paths = {}
     for made_for in ("avx2", "vnni"):
         paths[made_for] = tmp_path / f"{made_for}.onnx"
-        onnx.save(quantize_(tmp_path / "s.onnx", tmp_path / "x.npy", QuantConfig(target=made_for, time_kernels=False)).model, str(paths[made_for]))
-    run = subprocess.run([str(AS_CPU), "avx2", sys.executable, "-c", EMULATED_RUN, str(tmp_path / "x.npy"), str(paths["avx2"]), str(paths["vnni"]),
-                          str(tmp_path / "out.npz")], capture_output=True, text=True, timeout=300, cwd=Path(__file__).parents[1],
-                         env=dict(os.environ, PYTHONPATH=str(Path(__file__).parents[1])))
+        onnx.save(
+            quantize(
+                tmp_path / "s.onnx",
+                tmp_path / "x.npy",
+                Recipe(target=made_for, kernel_timing=False),
+            ).model,
+            str(paths[made_for]),
+        )
+    run = subprocess.run(
+        [
+            str(AS_CPU),
+            "avx2",
+            sys.executable,
+            "-c",
+            EMULATED_RUN,
+            str(tmp_path / "x.npy"),
+            str(paths["avx2"]),
+            str(paths["vnni"]),
+            str(tmp_path / "out.npz"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).parents[1],
+        env=dict(os.environ, PYTHONPATH=str(Path(__file__).parents[1])),
+    )
     assert run.returncode == 0, run.stderr[-2000:]
     report = json.loads(run.stdout.strip().splitlines()[-1])
     assert report["isa"]["target"] == "avx2" and report["isa"]["u8s8_saturates"]
-    assert not any(f.startswith("avx512") for f in report["isa"]["isa_flags"])  # CPUID of the emulated CPU, not the host's
+    assert not any(
+        f.startswith("avx512") for f in report["isa"]["isa_flags"]
+    )  # CPUID of the emulated CPU, not the host's
     assert len(report["warnings"]) == 1 and "quantized for vnni" in report["warnings"][0]
     reference = runtime.session(tmp_path / "s.onnx").run(None, {"x": x})[0]
     out = np.load(tmp_path / "out.npz")

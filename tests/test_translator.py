@@ -5,10 +5,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import keras  # noqa: F401  (a required dependency: missing, it fails the suite)
 import numpy as np
 import pytest
-
-import keras  # noqa: F401  (a required dependency: missing, it fails the suite)
 
 from models.translator.build import quantize_translator  # noqa: E402
 from models.translator.corpus import catalogue_pairs, clean_pairs, fetch_packages  # noqa: E402
@@ -19,10 +18,19 @@ from models.translator.tokenizer import train_tokenizer  # noqa: E402
 from models.translator.train import TrainRecipe, build_model, train  # noqa: E402
 from models.translator.translate import Translator, TranslatorFiles  # noqa: E402
 from quantize.batcher import BatcherConfig, run_packed  # noqa: E402
-from quantize.config import QuantConfig  # noqa: E402
+from quantize.recipe import Recipe  # noqa: E402
 from quantize.validate import sqnr_db  # noqa: E402
 
-TINY = TranslatorConfig(vocab=300, d_model=32, heads=2, ffn=64, encoder_layers=1, decoder_layers=2, max_len=48, dropout=0.0)
+TINY = TranslatorConfig(
+    vocab=300,
+    d_model=32,
+    heads=2,
+    ffn=64,
+    encoder_layers=1,
+    decoder_layers=2,
+    max_len=48,
+    dropout=0.0,
+)
 
 
 @pytest.fixture(scope="module")
@@ -35,7 +43,9 @@ def tiny(tmp_path_factory):
     pairs = [p for package, deb in debs.items() for p in clean_pairs(catalogue_pairs(deb), package)]
     assert len(pairs) > 200
     train_tokenizer([p.english for p in pairs] + [p.german for p in pairs], out / "spm", TINY.vocab)
-    weights = train(out, pairs, TINY, TrainRecipe(epochs=2, token_budget=1500, warmup=20), log=lambda *_: None)
+    weights = train(
+        out, pairs, TINY, TrainRecipe(epochs=2, token_budget=1500, warmup=20), log=lambda *_: None
+    )
     model = build_model(TINY, weights)
     export(model, out)
     return model, TranslatorFiles.in_folder(out), [p.english for p in pairs], root
@@ -44,7 +54,10 @@ def tiny(tmp_path_factory):
 def test_cached_step_decoding_equals_the_keras_model_on_the_whole_target(tiny):
     model, files, _, _ = tiny
     translator = Translator(files, threads=1)
-    source, target = np.array([[5, 9, 14, 3, 0]], np.int32), np.array([[2, 7, 11, 13, 17, 19]], np.int32)
+    source, target = (
+        np.array([[5, 9, 14, 3, 0]], np.int32),
+        np.array([[2, 7, 11, 13, 17, 19]], np.int32),
+    )
     expected = np.asarray(model((source, target)))
     names = [o.name for o in translator.encoder.get_outputs()]
     context = dict(zip(names, translator.encoder.run(None, {"source": source})))
@@ -62,8 +75,12 @@ def test_batched_translation_keeps_order_and_equals_one_by_one(tiny):
     texts = english[:12] + ["", english[40]]
     translator = Translator(files, threads=1)
     alone = [translator([t])[0] for t in texts]
-    batched = run_packed(texts, translator.token_lengths(texts), lambda threads: Translator(files, threads),
-                         BatcherConfig(token_budget=64, streams=1))
+    batched = run_packed(
+        texts,
+        translator.token_lengths(texts),
+        lambda threads: Translator(files, threads),
+        BatcherConfig(token_budget=64, streams=1),
+    )
     assert batched == alone
     assert batched[12] == ""
 
@@ -89,20 +106,36 @@ def test_over_long_input_is_truncated_and_counted(tiny):
 def test_transformer_recipe_keeps_the_logits_faithful(tiny, tmp_path):
     _, files, english, _ = tiny
     feeds = calibration_feeds(files, english[:64])
-    int8, results = quantize_translator(files, QuantConfig.transformer(time_kernels=False), feeds, suffix=".test-int8")
+    int8, results = quantize_translator(
+        files, Recipe.transformer(kernel_timing=False), feeds, suffix=".test-int8"
+    )
     for result in results.values():
-        assert "Softmax" not in {k for k in result.kernels["int8"]}
+        assert "Softmax" not in set(result.kernels["int8"])
         assert set(result.kernels["int8"]) <= {"QGemm", "MatMulIntegerToFloat"}, result.kernels
-    assert results["decoder"].kernels["int8"].get("QGemm", 0) >= 6  # the projections, FFN and vocabulary
+    assert (
+        results["decoder"].kernels["int8"].get("QGemm", 0) >= 6
+    )  # the projections, FFN and vocabulary
     assert results["decoder"].output_sqnr_db["logits"] > 20
     fp32, q = Translator(files, threads=1), Translator(int8, threads=1)
     source = np.array([[5, 9, 14, 3]], np.int32)
-    assert sqnr_db(fp32.encoder.run(None, {"source": source})[0], q.encoder.run(None, {"source": source})[0]) > 20
+    assert (
+        sqnr_db(
+            fp32.encoder.run(None, {"source": source})[0],
+            q.encoder.run(None, {"source": source})[0],
+        )
+        > 20
+    )
 
 
 def _cli(args, root: Path, stdin: bytes = b""):
     env = {"QUANTIZE_CACHE": str(root), "PATH": "/usr/bin:/bin"}
-    return subprocess.run([sys.executable, "-m", "models.translator", *args], input=stdin, capture_output=True, env=env, timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "models.translator", *args],
+        input=stdin,
+        capture_output=True,
+        env=env,
+        timeout=300,
+    )
 
 
 def test_translate_cli_gives_one_line_per_input_line_in_order(tiny):
@@ -120,10 +153,18 @@ def test_translate_cli_names_the_line_that_is_not_utf8(tiny, tmp_path):
     bad.write_bytes(b"Open file\nSave \xff\xfe as\n")
     done = _cli(["translate", str(bad)], root)
     assert done.returncode == 2
-    assert done.stderr.decode().count("\n") == 1 and "in.txt" in done.stderr.decode() and "line 2" in done.stderr.decode()
+    assert (
+        done.stderr.decode().count("\n") == 1
+        and "in.txt" in done.stderr.decode()
+        and "line 2" in done.stderr.decode()
+    )
     assert bad.read_bytes() == b"Open file\nSave \xff\xfe as\n"
 
 
 def test_translate_cli_without_a_built_model_says_what_to_run(tmp_path):
     done = _cli(["translate", "--int8"], tmp_path, b"Open\n")
-    assert done.returncode == 2 and "models.translator build" in done.stderr.decode() and "Traceback" not in done.stderr.decode()
+    assert (
+        done.returncode == 2
+        and "models.translator build" in done.stderr.decode()
+        and "Traceback" not in done.stderr.decode()
+    )

@@ -1,5 +1,5 @@
-from models.translator.corpus import Pair, clean_pairs, normalise, split_by_package
 import models.translator.corpus as corpus
+from models.translator.corpus import Pair, clean_pairs, normalise, split_by_package
 
 
 def test_cleaning_drops_untranslated_identical_duplicate_and_mismatched_placeholder_pairs():

@@ -1,9 +1,9 @@
 """`python -m models.calogan simulate | train | quantize | generate`: the 3DGAN study's commands.
 
-    simulate --showers N -o FILE.h5           showers from the detector simulator
-    train [--minutes M]                        train (or resume) the generator into the cache
-    quantize [--ranges K] [--samples N] [-o DIR]  INT8 generators, one per energy range, from the cached training
-    generate -o FILE.h5 [--int8 DIR]           showers from the FP32 (or INT8) generator, 3DGAN layout
+simulate --showers N -o FILE.h5           showers from the detector simulator
+train [--minutes M]                        train (or resume) the generator into the cache
+quantize [--ranges K] [--samples N] [-o DIR]  INT8 generators, one per energy range, from the cached training
+generate -o FILE.h5 [--int8 DIR]           showers from the FP32 (or INT8) generator, 3DGAN layout
 """
 
 import argparse
@@ -15,68 +15,129 @@ import numpy as np
 
 from models.calogan.showers import write_showers
 from models.calogan.train import ENERGY_RANGE_GEV, TrainRecipe, train, training_folder
+from onnxio import InputError
 from quantize.cache import cache_dir
-from quantize.errors import QuantizeError
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m models.calogan")
     sub = parser.add_subparsers(dest="command", required=True)
-    sim = sub.add_parser("simulate", help="simulate electron showers in the CLIC ECAL into a 3DGAN-layout HDF5 file")
+    sim = sub.add_parser(
+        "simulate", help="simulate electron showers in the CLIC ECAL into a 3DGAN-layout HDF5 file"
+    )
     sim.add_argument("--showers", type=int, default=10000)
     sim.add_argument("-o", "--output", required=True)
     sim.add_argument("--seed", type=int, default=0)
-    sim.add_argument("--energy", type=float, nargs=2, default=(2.0, 500.0), metavar=("MIN", "MAX"), help="GeV (default 2 500)")
-    fit = sub.add_parser("train", help="train the 3DGAN on simulated showers; resumes from the cache")
-    fit.add_argument("--minutes", type=float, default=float("inf"), help="time budget; the step reached is saved and resumed")
+    sim.add_argument(
+        "--energy",
+        type=float,
+        nargs=2,
+        default=(2.0, 500.0),
+        metavar=("MIN", "MAX"),
+        help="GeV (default 2 500)",
+    )
+    fit = sub.add_parser(
+        "train", help="train the 3DGAN on simulated showers; resumes from the cache"
+    )
+    fit.add_argument(
+        "--minutes",
+        type=float,
+        default=float("inf"),
+        help="time budget; the step reached is saved and resumed",
+    )
     fit.add_argument("--epochs", type=int, default=TrainRecipe.epochs)
     fit.add_argument("--showers", type=int, default=TrainRecipe.showers)
-    fit.add_argument("--batch", type=int, default=TrainRecipe.batch, help="default %(default)s (published)")
-    q = sub.add_parser("quantize", help="INT8 generators, one per primary-energy range, from the cached training")
-    q.add_argument("--ranges", type=int, default=8, help="energy ranges of equal ratio over the trained 10-500 GeV (default 8)")
-    q.add_argument("--samples", type=int, default=4096, help="latents per range for calibration and the output cell correction (default 4096)")
-    q.add_argument("-o", "--output", type=Path, default=None, help="folder (default: $QUANTIZE_CACHE/calogan/int8)")
-    gen = sub.add_parser("generate", help="showers from the cached generator into a 3DGAN-layout HDF5 file")
+    fit.add_argument(
+        "--batch", type=int, default=TrainRecipe.batch, help="default %(default)s (published)"
+    )
+    q = sub.add_parser(
+        "quantize", help="INT8 generators, one per primary-energy range, from the cached training"
+    )
+    q.add_argument(
+        "--ranges",
+        type=int,
+        default=8,
+        help="energy ranges of equal ratio over the trained 10-500 GeV (default 8)",
+    )
+    q.add_argument(
+        "--samples",
+        type=int,
+        default=4096,
+        help="latents per range for calibration and the output cell correction (default 4096)",
+    )
+    q.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        default=None,
+        help="folder (default: $QUANTIZE_CACHE/calogan/int8)",
+    )
+    gen = sub.add_parser(
+        "generate", help="showers from the cached generator into a 3DGAN-layout HDF5 file"
+    )
     gen.add_argument("-o", "--output", type=Path, required=True)
     gen.add_argument("--showers", type=int, default=1000)
-    gen.add_argument("--energy", type=float, nargs=2, default=ENERGY_RANGE_GEV, metavar=("MIN", "MAX"),
-                     help="GeV, inside the trained %g-%g (default)" % ENERGY_RANGE_GEV)
+    gen.add_argument(
+        "--energy",
+        type=float,
+        nargs=2,
+        default=ENERGY_RANGE_GEV,
+        metavar=("MIN", "MAX"),
+        help="GeV, inside the trained {:g}-{:g} (default)".format(*ENERGY_RANGE_GEV),
+    )
     gen.add_argument("--seed", type=int, default=0)
-    gen.add_argument("--int8", type=Path, help="a folder written by `quantize`; default: the FP32 generator")
+    gen.add_argument(
+        "--int8", type=Path, help="a folder written by `quantize`; default: the FP32 generator"
+    )
     args = parser.parse_args()
     try:
-        return {"simulate": _simulate, "train": _train, "quantize": _quantize, "generate": _generate}[args.command](args)
-    except QuantizeError as exc:
+        return {
+            "simulate": _simulate,
+            "train": _train,
+            "quantize": _quantize,
+            "generate": _generate,
+        }[args.command](args)
+    except InputError as exc:
         print(f"python -m models.calogan: error: {exc}", file=sys.stderr)
         return 2
 
 
 def _simulate(args) -> int:
     if args.showers < 1 or not 0 < args.energy[0] <= args.energy[1]:
-        print("python -m models.calogan: error: need --showers >= 1 and 0 < MIN <= MAX", file=sys.stderr)
+        print(
+            "python -m models.calogan: error: need --showers >= 1 and 0 < MIN <= MAX",
+            file=sys.stderr,
+        )
         return 2
     start = time.perf_counter()
     write_showers(args.output, args.showers, args.seed, tuple(args.energy))
     seconds = time.perf_counter() - start
-    print(f"wrote {args.showers} showers to {args.output} in {seconds:.1f} s ({args.showers / seconds:.0f} showers/s)")
+    print(
+        f"wrote {args.showers} showers to {args.output} in {seconds:.1f} s ({args.showers / seconds:.0f} showers/s)"
+    )
     return 0
 
 
 def _train(args) -> int:
-    train(TrainRecipe(showers=args.showers, epochs=args.epochs, batch=args.batch), minutes=args.minutes)
+    train(
+        TrainRecipe(showers=args.showers, epochs=args.epochs, batch=args.batch),
+        minutes=args.minutes,
+    )
     return 0
 
 
 def _fp32_onnx() -> Path:
     """The cached generator exported to ONNX (re-exported when the training moved on)."""
     from models.calogan.generate import trained_generator
+    from onnxio import save_model
     from quantize.frontend.tensorflow import keras_to_onnx
-    from quantize.modelio import save_model
 
     folder = training_folder()
     weights, path = folder / "generator.weights.h5", folder / "generator.onnx"
     if not weights.exists():
-        raise QuantizeError(weights, "no trained generator yet: run `python -m models.calogan train` first")
+        raise InputError(
+            weights, "no trained generator yet: run `python -m models.calogan train` first"
+        )
     if not path.exists() or path.stat().st_mtime < weights.stat().st_mtime:
         save_model(keras_to_onnx(trained_generator()[0]), path)
     return path
@@ -86,7 +147,10 @@ def _quantize(args) -> int:
     from models.calogan.generate import energy_edges, quantize_by_energy
 
     if args.ranges < 1 or args.samples < 64:
-        print("python -m models.calogan: error: --ranges must be at least 1 and --samples at least 64 (one batch)", file=sys.stderr)
+        print(
+            "python -m models.calogan: error: --ranges must be at least 1 and --samples at least 64 (one batch)",
+            file=sys.stderr,
+        )
         return 2
     out = args.output or cache_dir("calogan") / "int8"
     models = quantize_by_energy(_fp32_onnx(), energy_edges(args.ranges), samples=args.samples)
@@ -104,17 +168,26 @@ def _generate(args) -> int:
 
     low, high = args.energy
     if args.showers < 1 or not ENERGY_RANGE_GEV[0] <= low <= high <= ENERGY_RANGE_GEV[1]:
-        print(f"python -m models.calogan: error: need --showers >= 1 and {ENERGY_RANGE_GEV[0]:g} <= MIN <= MAX <= "
-              f"{ENERGY_RANGE_GEV[1]:g} GeV (the generator's trained range); got {low:g} {high:g}", file=sys.stderr)
+        print(
+            f"python -m models.calogan: error: need --showers >= 1 and {ENERGY_RANGE_GEV[0]:g} <= MIN <= MAX <= "
+            f"{ENERGY_RANGE_GEV[1]:g} GeV (the generator's trained range); got {low:g} {high:g}",
+            file=sys.stderr,
+        )
         return 2
     rng = np.random.default_rng(args.seed)
     energies = rng.uniform(low, high, args.showers)
-    source = EnergyRangeModels.load(args.int8).source() if args.int8 else onnx_source(onnx.load(_fp32_onnx()))
+    source = (
+        EnergyRangeModels.load(args.int8).source()
+        if args.int8
+        else onnx_source(onnx.load(_fp32_onnx()))
+    )
     start = time.perf_counter()
     showers = source(latents(energies, seed=args.seed + 1), energies)
     seconds = time.perf_counter() - start
     write_shower_file(args.output, showers, energies)
-    print(f"wrote {args.showers} showers to {args.output} ({'INT8' if args.int8 else 'FP32'}, {args.showers / seconds:.0f} showers/s)")
+    print(
+        f"wrote {args.showers} showers to {args.output} ({'INT8' if args.int8 else 'FP32'}, {args.showers / seconds:.0f} showers/s)"
+    )
     return 0
 
 

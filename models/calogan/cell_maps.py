@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import onnx
 
-from quantize.errors import QuantizeError
+from onnxio import InputError
 
 HALO_HIT_PROBABILITY = (0.01, 0.5)
 QUANTILE_LEVELS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.97)
@@ -63,11 +63,14 @@ class CellMaps:
             step.name = relu.name if step.output[0] == relu.output[0] else step.output[0]
         corrected = onnx.ModelProto()
         corrected.CopyFrom(model)
-        corrected.graph.initializer.extend(onnx.numpy_helper.from_array(v, name) for name, v in {**blend_constants, **map_constants}.items())
+        corrected.graph.initializer.extend(
+            onnx.numpy_helper.from_array(v, name)
+            for name, v in {**blend_constants, **map_constants}.items()
+        )
         nodes = list(corrected.graph.node)
         index = next(i for i, n in enumerate(nodes) if n.name == relu.name)
         del corrected.graph.node[:]
-        corrected.graph.node.extend(nodes[:index] + blend + maps + nodes[index + 1:])
+        corrected.graph.node.extend(nodes[:index] + blend + maps + nodes[index + 1 :])
         return corrected
 
     def _blend_steps(self, latent: str):
@@ -76,9 +79,12 @@ class CellMaps:
         ones = [1] * len(self.cell_shape)
         constants = {
             "cell_map_latent_axis": np.array([1], np.int64),
-            "cell_map_norm_scale": np.array(0.5 / (high - low), np.float32),  # log |z| = log(sum z^2) / 2
+            "cell_map_norm_scale": np.array(
+                0.5 / (high - low), np.float32
+            ),  # log |z| = log(sum z^2) / 2
             "cell_map_norm_offset": np.array(low / (high - low), np.float32),
-            "cell_map_blend_min": np.array(BLEND_LIMITS[0], np.float32), "cell_map_blend_max": np.array(BLEND_LIMITS[1], np.float32),
+            "cell_map_blend_min": np.array(BLEND_LIMITS[0], np.float32),
+            "cell_map_blend_max": np.array(BLEND_LIMITS[1], np.float32),
             "cell_map_blend_shape": np.array([1, -1, *ones], np.int64),
             "cell_map_blend_sign": np.array([-1, 1], np.float32).reshape(2, 1, *ones),
             "cell_map_blend_base": np.array([1, 0], np.float32).reshape(2, 1, *ones),
@@ -86,50 +92,96 @@ class CellMaps:
         make = onnx.helper.make_node
         return constants, [
             make("Mul", [latent, latent], ["cell_map_latent_squares"]),
-            make("ReduceSum", ["cell_map_latent_squares", "cell_map_latent_axis"], ["cell_map_latent_norm2"], keepdims=0),
+            make(
+                "ReduceSum",
+                ["cell_map_latent_squares", "cell_map_latent_axis"],
+                ["cell_map_latent_norm2"],
+                keepdims=0,
+            ),
             make("Log", ["cell_map_latent_norm2"], ["cell_map_log_norm2"]),
-            make("Mul", ["cell_map_log_norm2", "cell_map_norm_scale"], ["cell_map_scaled_log_norm"]),
-            make("Sub", ["cell_map_scaled_log_norm", "cell_map_norm_offset"], ["cell_map_unclipped_blend"]),
-            make("Clip", ["cell_map_unclipped_blend", "cell_map_blend_min", "cell_map_blend_max"], ["cell_map_blend"]),
+            make(
+                "Mul", ["cell_map_log_norm2", "cell_map_norm_scale"], ["cell_map_scaled_log_norm"]
+            ),
+            make(
+                "Sub",
+                ["cell_map_scaled_log_norm", "cell_map_norm_offset"],
+                ["cell_map_unclipped_blend"],
+            ),
+            make(
+                "Clip",
+                ["cell_map_unclipped_blend", "cell_map_blend_min", "cell_map_blend_max"],
+                ["cell_map_blend"],
+            ),
             make("Reshape", ["cell_map_blend", "cell_map_blend_shape"], ["cell_map_blend_column"]),
-            make("Mul", ["cell_map_blend_column", "cell_map_blend_sign"], ["cell_map_signed_blend"]),
+            make(
+                "Mul", ["cell_map_blend_column", "cell_map_blend_sign"], ["cell_map_signed_blend"]
+            ),
             make("Add", ["cell_map_signed_blend", "cell_map_blend_base"], ["cell_map_weights"]),
         ]
 
     def _map_steps(self, cells: str, output: str):
         """Constants and nodes computing both maps at once, (2, K, N, cells...) summed over the
         knots, weighted by the blend, summed, and held at 0 where the blend extrapolates."""
+
         def stacked(values):  # (2, K, 1, *cell_shape): the batch broadcasts at axis 2
             return values.reshape(*values.shape[:2], 1, *self.cell_shape).astype(np.float32)
 
-        constants = {"cell_map_knots": stacked(self.knots), "cell_map_slopes": stacked(self.slopes),
-                     "cell_map_knot_axis": np.array([1], np.int64), "cell_map_which_axis": np.array([0], np.int64)}
+        constants = {
+            "cell_map_knots": stacked(self.knots),
+            "cell_map_slopes": stacked(self.slopes),
+            "cell_map_knot_axis": np.array([1], np.int64),
+            "cell_map_which_axis": np.array([0], np.int64),
+        }
         make = onnx.helper.make_node
         return constants, [
             make("Sub", [cells, "cell_map_knots"], ["cell_map_offsets"]),
             make("Relu", ["cell_map_offsets"], ["cell_map_ramps"]),
             make("Mul", ["cell_map_ramps", "cell_map_slopes"], ["cell_map_terms"]),
-            make("ReduceSum", ["cell_map_terms", "cell_map_knot_axis"], ["cell_map_values"], keepdims=0),
+            make(
+                "ReduceSum",
+                ["cell_map_terms", "cell_map_knot_axis"],
+                ["cell_map_values"],
+                keepdims=0,
+            ),
             make("Mul", ["cell_map_values", "cell_map_weights"], ["cell_map_weighted"]),
-            make("ReduceSum", ["cell_map_weighted", "cell_map_which_axis"], ["cell_map_blended"], keepdims=0),
+            make(
+                "ReduceSum",
+                ["cell_map_weighted", "cell_map_which_axis"],
+                ["cell_map_blended"],
+                keepdims=0,
+            ),
             make("Relu", ["cell_map_blended"], [output]),
         ]
 
 
-def fit_cell_maps(pre: np.ndarray, target: np.ndarray, z: np.ndarray, hit_threshold: float, steps: int = 24) -> CellMaps:
+def fit_cell_maps(
+    pre: np.ndarray, target: np.ndarray, z: np.ndarray, hit_threshold: float, steps: int = 24
+) -> CellMaps:
     """CellMaps for the final ReLU's inputs `pre` (N, *cell_shape) of latents `z` (N, 200), so that
     each half's map gives every cell FP32's mean energy (`target`, (N, cells), the same showers
     from FP32) on that half; `hit_threshold` in the cells' units tells the halo."""
     cells = pre.reshape(len(pre), -1)
     if cells.shape != target.shape:
-        raise QuantizeError("generator", f"the final ReLU's input has {cells.shape[1]} cells per shower, the output {target.shape[1]}")
+        raise InputError(
+            "generator",
+            f"the final ReLU's input has {cells.shape[1]} cells per shower, the output {target.shape[1]}",
+        )
     norms = _log_norm(z)
     upper = norms > np.median(norms)
     if not upper.any():
-        raise QuantizeError("generator", "the latents of a range all have the same norm: no energy to blend the cell maps over")
-    halves = [_single_map(cells[rows], target[rows], hit_threshold, steps) for rows in (~upper, upper)]
-    return CellMaps(np.stack([h[0] for h in halves]), np.stack([h[1] for h in halves]),
-                    np.array([norms[~upper].mean(), norms[upper].mean()]), tuple(pre.shape[1:]))
+        raise InputError(
+            "generator",
+            "the latents of a range all have the same norm: no energy to blend the cell maps over",
+        )
+    halves = [
+        _single_map(cells[rows], target[rows], hit_threshold, steps) for rows in (~upper, upper)
+    ]
+    return CellMaps(
+        np.stack([h[0] for h in halves]),
+        np.stack([h[1] for h in halves]),
+        np.array([norms[~upper].mean(), norms[upper].mean()]),
+        tuple(pre.shape[1:]),
+    )
 
 
 def apply_cell_map(cells: np.ndarray, knots: np.ndarray, slopes: np.ndarray) -> np.ndarray:
@@ -145,7 +197,10 @@ def output_relu(model: onnx.ModelProto) -> onnx.NodeProto:
     while node is not None and node.op_type in ("Reshape", "Identity", "Flatten"):
         node = producers.get(node.input[0])
     if node is None or node.op_type != "Relu":
-        raise QuantizeError("generator", "its output is not a ReLU followed by reshapes only: no cell correction possible")
+        raise InputError(
+            "generator",
+            "its output is not a ReLU followed by reshapes only: no cell correction possible",
+        )
     return node
 
 
@@ -153,7 +208,9 @@ def _log_norm(z: np.ndarray) -> np.ndarray:
     return 0.5 * np.log(np.sum(np.square(z, dtype=np.float64), axis=1))
 
 
-def _single_map(cells: np.ndarray, target: np.ndarray, hit_threshold: float, steps: int) -> tuple[np.ndarray, np.ndarray]:
+def _single_map(
+    cells: np.ndarray, target: np.ndarray, hit_threshold: float, steps: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Per cell (column of `cells`, the pre-activations of N showers; `target`, FP32's energies of
     the same showers) the map sum_k slopes_k ReLU(x - knots_k), as (knots, slopes) of (K, cells)."""
     mean = target.mean(axis=0)
@@ -165,19 +222,26 @@ def _single_map(cells: np.ndarray, target: np.ndarray, hit_threshold: float, ste
     halo = (hit > HALO_HIT_PROBABILITY[0]) & (hit < HALO_HIT_PROBABILITY[1])
     halo_knots, halo_slopes = _quantile_maps(cells[:, halo], target[:, halo])
     mapped = apply_cell_map(cells[:, halo], halo_knots, halo_slopes).mean(axis=0)
-    halo_slopes *= np.where(mapped > 0, mean[halo] / np.where(mapped > 0, mapped, 1), 1)  # the mean exactly
+    halo_slopes *= np.where(
+        mapped > 0, mean[halo] / np.where(mapped > 0, mapped, 1), 1
+    )  # the mean exactly
     knots[:, halo], slopes[:, halo] = halo_knots, halo_slopes
     return knots, slopes
 
 
-def _cell_corrections(cells: np.ndarray, target: np.ndarray, steps: int) -> tuple[np.ndarray, np.ndarray]:
+def _cell_corrections(
+    cells: np.ndarray, target: np.ndarray, steps: int
+) -> tuple[np.ndarray, np.ndarray]:
     """Per cell (column of `cells`, the pre-activations of N showers) a gain or a bias so that
     mean(ReLU(gain x + bias)) = target: a gain where the mean is short, a bias where it is over."""
     mean = np.maximum(cells, 0).mean(axis=0)
     short = (mean < target) & (mean > 0)
     gain = np.where(short, target / np.where(short, mean, 1), 1).astype(np.float32)
     over = mean > target
-    low, high = np.where(over, -cells.max(axis=0), 0), np.zeros(cells.shape[1])  # mean(ReLU(x + low)) = 0
+    low, high = (
+        np.where(over, -cells.max(axis=0), 0),
+        np.zeros(cells.shape[1]),
+    )  # mean(ReLU(x + low)) = 0
     for _ in range(steps):
         middle = (low + high) / 2
         too_little = np.maximum(cells + middle, 0).mean(axis=0) < target
@@ -193,7 +257,9 @@ def _quantile_maps(cells: np.ndarray, target: np.ndarray) -> tuple[np.ndarray, n
     knots = _column_quantiles(np.sort(cells, axis=0), levels)
     values = _column_quantiles(np.sort(target, axis=0), levels)
     values[0] = 0
-    knots = np.maximum.accumulate(knots, axis=0) + np.arange(len(knots))[:, None] * 1e-6  # strictly increasing
+    knots = (
+        np.maximum.accumulate(knots, axis=0) + np.arange(len(knots))[:, None] * 1e-6
+    )  # strictly increasing
     segment = np.diff(values, axis=0) / np.diff(knots, axis=0)
     segment = np.concatenate([segment, segment[-1:]])  # the last segment extends upwards
     return knots, np.diff(segment, axis=0, prepend=0)

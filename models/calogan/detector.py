@@ -38,8 +38,15 @@ def _alloy() -> Material:
     """W 93 %, Ni 6.1 %, Fe 0.9 % by mass at 17.8 g/cm3 (Bragg additivity)."""
     parts = ((TUNGSTEN, 0.93), (NICKEL, 0.061), (IRON, 0.009))
     x0 = 1 / sum(w / m.x0_g_cm2 for m, w in parts)
-    return Material("W-alloy", sum(w * m.Z for m, w in parts), sum(w * m.A for m, w in parts), 17.8, x0,
-                    x0 * sum(w * m.critical_mev / m.x0_g_cm2 for m, w in parts), sum(w * m.dedx_mip for m, w in parts))
+    return Material(
+        "W-alloy",
+        sum(w * m.Z for m, w in parts),
+        sum(w * m.A for m, w in parts),
+        17.8,
+        x0,
+        x0 * sum(w * m.critical_mev / m.x0_g_cm2 for m, w in parts),
+        sum(w * m.dedx_mip for m, w in parts),
+    )
 
 
 ABSORBER = _alloy()
@@ -98,6 +105,19 @@ def effective_medium(absorber_mm: float = THIN_ABSORBER_MM) -> EffectiveMedium:
     z = float(np.sum(mass * [ABSORBER.Z, SILICON.Z]))
     rho_eff = float(np.sum(d * rho) / np.sum(d))
     x0_mm = 1 / float(np.sum(mass * rho_eff / (np.array([ABSORBER.x0_mm, SILICON.x0_mm]) * rho)))
-    critical = x0_mm * float(np.sum(mass * np.array([ABSORBER.critical_mev, SILICON.critical_mev]) / np.array([ABSORBER.x0_mm, SILICON.x0_mm])))
+    critical = x0_mm * float(
+        np.sum(
+            mass
+            * np.array([ABSORBER.critical_mev, SILICON.critical_mev])
+            / np.array([ABSORBER.x0_mm, SILICON.x0_mm])
+        )
+    )
     moliere_mm = 21.2052 * x0_mm / critical  # E_s = 21.2 MeV
-    return EffectiveMedium(z, x0_mm, moliere_mm, critical, x0_mm / float(d.sum()), 1 / (1 + 0.007 * (ABSORBER.Z - SILICON.Z)))
+    return EffectiveMedium(
+        z,
+        x0_mm,
+        moliere_mm,
+        critical,
+        x0_mm / float(d.sum()),
+        1 / (1 + 0.007 * (ABSORBER.Z - SILICON.Z)),
+    )

@@ -16,7 +16,9 @@ def generator() -> keras.Model:
     latent = keras.Input((LATENT,), name="latent")
     x = layers.Dense(7 * 7 * 8 * 8, name="dense")(latent)
     x = layers.Reshape((7, 7, 8, 8), name="reshape")(x)
-    x = layers.Conv3D(64, (6, 6, 8), padding="same", kernel_initializer="he_uniform", name="conv1")(x)
+    x = layers.Conv3D(64, (6, 6, 8), padding="same", kernel_initializer="he_uniform", name="conv1")(
+        x
+    )
     x = layers.BatchNormalization(name="bn1")(layers.LeakyReLU(0.3, name="lrelu1")(x))
     x = layers.UpSampling3D((2, 2, 2), name="up1")(x)
     x = layers.ZeroPadding3D((2, 2, 0), name="pad1")(x)
@@ -26,7 +28,9 @@ def generator() -> keras.Model:
     x = layers.ZeroPadding3D((1, 0, 3), name="pad2")(x)
     x = layers.Conv3D(6, (3, 3, 8), kernel_initializer="he_uniform", name="conv3")(x)
     x = layers.LeakyReLU(0.3, name="lrelu3")(x)
-    x = layers.Conv3D(1, (2, 2, 2), use_bias=False, kernel_initializer="glorot_normal", name="conv4")(x)
+    x = layers.Conv3D(
+        1, (2, 2, 2), use_bias=False, kernel_initializer="glorot_normal", name="conv4"
+    )(x)
     return keras.Model(latent, layers.ReLU(dtype="float32", name="shower")(x), name="generator")
 
 
@@ -49,4 +53,8 @@ def discriminator() -> keras.Model:
     x = layers.Flatten()(layers.AveragePooling3D(2)(x))
     real = layers.Dense(1, activation="sigmoid", dtype="float32", name="real")(x)
     energy = layers.Dense(1, dtype="float32", name="energy")(x)
-    return keras.Model(shower, [real, energy, CellSum(dtype="float32", name="cell_sum")(shower)], name="discriminator")
+    return keras.Model(
+        shower,
+        [real, energy, CellSum(dtype="float32", name="cell_sum")(shower)],
+        name="discriminator",
+    )

@@ -44,13 +44,23 @@ class Geometry:
 
 def geometry() -> Geometry:
     edges = detector.layer_edges_x0()
-    splits = [np.linspace(a, b, max(1, round((b - a) / STEP_X0)) + 1)[:-1] for a, b in zip(edges[:-1], edges[1:])]
+    splits = [
+        np.linspace(a, b, max(1, round((b - a) / STEP_X0)) + 1)[:-1]
+        for a, b in zip(edges[:-1], edges[1:])
+    ]
     step_layer = np.concatenate([np.full(len(part), k) for k, part in enumerate(splits)])
     fractions = np.array([lay.mip_sampling_fraction for lay in detector.layers()])
-    return Geometry(np.append(np.concatenate(splits), edges[-1]), step_layer, ELECTRON_RESPONSE * fractions[step_layer], detector.effective_medium())
+    return Geometry(
+        np.append(np.concatenate(splits), edges[-1]),
+        step_layer,
+        ELECTRON_RESPONSE * fractions[step_layer],
+        detector.effective_medium(),
+    )
 
 
-def simulate(energies_gev: np.ndarray, rng: np.random.Generator, geo: Geometry | None = None) -> np.ndarray:
+def simulate(
+    energies_gev: np.ndarray, rng: np.random.Generator, geo: Geometry | None = None
+) -> np.ndarray:
     """Showers (N, 25, 25, 25) [x, y, layer] of visible energy in GeV for electrons of `energies_gev`."""
     geo = geo or geometry()
     energies = np.asarray(energies_gev, np.float64)
@@ -58,26 +68,36 @@ def simulate(energies_gev: np.ndarray, rng: np.random.Generator, geo: Geometry |
     alpha, beta, t_max = _longitudinal_parameters(energies, geo.medium, rng)
     fractions = np.diff(gammainc(alpha[:, None], beta[:, None] * geo.step_edges[None, :]), axis=1)
     deposit = energies[:, None] * fractions
-    smeared = rng.gamma(np.maximum(deposit, 1e-12) / SAMPLING_STOCHASTIC**2, SAMPLING_STOCHASTIC**2) * (deposit > 0)
+    smeared = rng.gamma(
+        np.maximum(deposit, 1e-12) / SAMPLING_STOCHASTIC**2, SAMPLING_STOCHASTIC**2
+    ) * (deposit > 0)
     visible = smeared * geo.step_response[None, :]
 
-    spots = np.where(fractions < 1e-7, 0, np.maximum(1, np.round(_spot_count(energies)[:, None] * fractions))).astype(np.int64)
+    spots = np.where(
+        fractions < 1e-7, 0, np.maximum(1, np.round(_spot_count(energies)[:, None] * fractions))
+    ).astype(np.int64)
     shower, step = np.nonzero(spots)
     counts = spots[shower, step]
     tau = 0.5 * (geo.step_edges[step] + geo.step_edges[step + 1]) / t_max[shower]
     core, tail, p_core = _radial_parameters(tau, energies[shower], geo.medium)
     group = np.repeat(np.arange(len(counts)), counts)  # the (shower, step) of every spot
     total = len(group)
-    radius = np.where(rng.random(total, np.float32) < p_core[group], core[group], tail[group]).astype(np.float32)
+    radius = np.where(
+        rng.random(total, np.float32) < p_core[group], core[group], tail[group]
+    ).astype(np.float32)
     u = rng.random(total, np.float32) * np.float32(0.999999)
     r_cells = radius * np.sqrt(u / (1 - u)) * np.float32(geo.medium.moliere_mm / detector.CELL_MM)
     phi = rng.random(total, np.float32) * np.float32(2 * np.pi)
-    origin = (rng.normal(0, POSITION_SIGMA_MM, (n, 2)) / detector.CELL_MM + detector.CELLS / 2).astype(np.float32)
+    origin = (
+        rng.normal(0, POSITION_SIGMA_MM, (n, 2)) / detector.CELL_MM + detector.CELLS / 2
+    ).astype(np.float32)
     spot_shower = shower[group]
     ix = np.floor(origin[spot_shower, 0] + r_cells * np.cos(phi)).astype(np.int64)
     iy = np.floor(origin[spot_shower, 1] + r_cells * np.sin(phi)).astype(np.int64)
     inside = (ix >= 0) & (ix < detector.CELLS) & (iy >= 0) & (iy < detector.CELLS)
-    flat = ((spot_shower * detector.CELLS + ix) * detector.CELLS + iy) * detector.CELLS + geo.step_layer[step][group]
+    flat = (
+        (spot_shower * detector.CELLS + ix) * detector.CELLS + iy
+    ) * detector.CELLS + geo.step_layer[step][group]
     weights = (visible[shower, step] / counts)[group]
     cells = np.bincount(flat[inside], weights=weights[inside], minlength=n * detector.CELLS**3)
     return cells.reshape(n, detector.CELLS, detector.CELLS, detector.CELLS).astype(np.float32)
@@ -101,7 +121,9 @@ def _longitudinal_parameters(energies_gev, medium: detector.EffectiveMedium, rng
     z1, z2 = rng.standard_normal((2, len(energies_gev)))
     a, b = np.sqrt((1 + rho) / 2), np.sqrt((1 - rho) / 2)
     t = np.maximum(1.0, np.exp(np.log(np.maximum(t_mean, 1e-3)) + sigma_t * (a * z1 + b * z2)))
-    alpha = np.maximum(1.1, np.exp(np.log(np.maximum(alpha_mean, 1e-3)) + sigma_a * (a * z1 - b * z2)))
+    alpha = np.maximum(
+        1.1, np.exp(np.log(np.maximum(alpha_mean, 1e-3)) + sigma_a * (a * z1 - b * z2))
+    )
     return alpha, (alpha - 1) / t, t
 
 

@@ -30,8 +30,8 @@ import numpy as np
 from models.calogan.detector import sampling_fraction_fit
 from models.calogan.network import LATENT, discriminator, generator
 from models.calogan.showers import write_showers
+from onnxio import write_text
 from physics_metrics.showerfile import open_showers
-from quantize.atomic import write_text
 from quantize.cache import cache_dir
 from quantize.target import host_isa
 
@@ -43,7 +43,7 @@ COMMITTED_CHECKPOINT = Path(__file__).parent / "checkpoint"
 CHECKPOINT_FILES = ("generator.weights.h5", "discriminator.weights.h5", "state.json")
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainRecipe:
     showers: int = 20000
     epochs: int = 30
@@ -60,36 +60,55 @@ def training_precision() -> str:
     return "mixed_bfloat16" if "avx512_bf16" in host_isa()["isa_flags"] else "float32"
 
 
-def train(recipe: TrainRecipe = TrainRecipe(), minutes: float = float("inf"), out_dir: Path | None = None, log=print) -> Path:
+def train(
+    recipe: TrainRecipe = TrainRecipe(),
+    minutes: float = float("inf"),
+    out_dir: Path | None = None,
+    log=print,
+) -> Path:
     """Train (or resume) until `recipe.epochs` or the time budget (at least one step per call)."""
     import keras
 
     out = Path(out_dir) if out_dir else training_folder(recipe)
     out.mkdir(parents=True, exist_ok=True)
     state_path = out / "state.json"
-    state = json.loads(state_path.read_text()) if state_path.exists() else {"step": 0, "recipe": asdict(recipe), "history": []}
+    state = (
+        json.loads(state_path.read_text())
+        if state_path.exists()
+        else {"step": 0, "recipe": asdict(recipe), "history": []}
+    )
     total = recipe.epochs * recipe.steps_per_epoch
     if state["step"] >= total:
-        log(f"already trained for {state['step']} steps ({state['step'] / recipe.steps_per_epoch:.1f} epochs): {out}")
+        log(
+            f"already trained for {state['step']} steps ({state['step'] / recipe.steps_per_epoch:.1f} epochs): {out}"
+        )
         return out
     showers, energies = _training_data(out, recipe)
     previous_policy = keras.config.dtype_policy()
     keras.config.set_dtype_policy(training_precision())
     try:
-        _train_steps(out, state, recipe, showers, energies, deadline=time.monotonic() + 60 * minutes, log=log)
+        _train_steps(
+            out, state, recipe, showers, energies, deadline=time.monotonic() + 60 * minutes, log=log
+        )
     finally:
         keras.config.set_dtype_policy(previous_policy)
     return out
 
 
-def training_folder(recipe: TrainRecipe | None = None, committed: Path = COMMITTED_CHECKPOINT) -> Path:
+def training_folder(
+    recipe: TrainRecipe | None = None, committed: Path = COMMITTED_CHECKPOINT
+) -> Path:
     """The cache folder of the training, brought up to the committed checkpoint when that holds
     more steps of the same recipe (`recipe`, else the cached training's, else any)."""
     folder = cache_dir("calogan")
     if not (committed / "state.json").exists():
         return folder
     mine = json.loads((committed / "state.json").read_text())
-    cached = json.loads((folder / "state.json").read_text()) if (folder / "state.json").exists() else None
+    cached = (
+        json.loads((folder / "state.json").read_text())
+        if (folder / "state.json").exists()
+        else None
+    )
     wanted = asdict(recipe) if recipe else cached["recipe"] if cached else mine["recipe"]
     if wanted == mine["recipe"] and mine["step"] > (cached["step"] if cached else 0):
         for name in CHECKPOINT_FILES:  # the state last: it says the weights are there
@@ -97,7 +116,9 @@ def training_folder(recipe: TrainRecipe | None = None, committed: Path = COMMITT
     return folder
 
 
-def _train_steps(out: Path, state: dict, recipe: TrainRecipe, showers, energies, deadline: float, log) -> None:
+def _train_steps(
+    out: Path, state: dict, recipe: TrainRecipe, showers, energies, deadline: float, log
+) -> None:
     import keras
     import tensorflow as tf
 
@@ -106,7 +127,10 @@ def _train_steps(out: Path, state: dict, recipe: TrainRecipe, showers, energies,
     if state["step"]:
         gen.load_weights(out / "generator.weights.h5")
         disc.load_weights(out / "discriminator.weights.h5")
-    g_opt, d_opt = keras.optimizers.RMSprop(recipe.learning_rate), keras.optimizers.RMSprop(recipe.learning_rate)
+    g_opt, d_opt = (
+        keras.optimizers.RMSprop(recipe.learning_rate),
+        keras.optimizers.RMSprop(recipe.learning_rate),
+    )
 
     @tf.function
     def step(images, energy, expected_sum):
@@ -115,12 +139,17 @@ def _train_steps(out: Path, state: dict, recipe: TrainRecipe, showers, energies,
         with tf.GradientTape() as tape:
             fake = gen(latent, training=True)
             real_out, fake_out = disc(images, training=True), disc(fake, training=True)
-            d_loss = heads_loss(real_out, tf.ones((n, 1)), energy, tf.reduce_sum(images, axis=(1, 2, 3, 4))[:, None]) \
-                + heads_loss(fake_out, tf.zeros((n, 1)), energy, expected_sum)
-        d_opt.apply_gradients(zip(tape.gradient(d_loss, disc.trainable_variables), disc.trainable_variables))
+            d_loss = heads_loss(
+                real_out, tf.ones((n, 1)), energy, tf.reduce_sum(images, axis=(1, 2, 3, 4))[:, None]
+            ) + heads_loss(fake_out, tf.zeros((n, 1)), energy, expected_sum)
+        d_opt.apply_gradients(
+            zip(tape.gradient(d_loss, disc.trainable_variables), disc.trainable_variables)
+        )
         with tf.GradientTape() as tape:
             g_loss = generator_loss(gen, disc, latent, energy, expected_sum)
-        g_opt.apply_gradients(zip(tape.gradient(g_loss, gen.trainable_variables), gen.trainable_variables))
+        g_opt.apply_gradients(
+            zip(tape.gradient(g_loss, gen.trainable_variables), gen.trainable_variables)
+        )
         return d_loss, g_loss
 
     total, per_epoch = recipe.epochs * recipe.steps_per_epoch, recipe.steps_per_epoch
@@ -128,10 +157,18 @@ def _train_steps(out: Path, state: dict, recipe: TrainRecipe, showers, energies,
     while True:
         epoch, index = divmod(state["step"], per_epoch)
         order = np.random.default_rng([recipe.seed, epoch]).permutation(len(showers))
-        idx = np.sort(np.array_split(order[:per_epoch * recipe.batch], per_epoch)[index])
+        idx = np.sort(np.array_split(order[: per_epoch * recipe.batch], per_epoch)[index])
         ep = energies[idx]
-        losses.append([float(v) for v in step(showers[idx], (ep / ENERGY_SCALE)[:, None].astype(np.float32),
-                                                 (ep * sampling_fraction_fit(ep) * CELL_SCALE)[:, None].astype(np.float32))])
+        losses.append(
+            [
+                float(v)
+                for v in step(
+                    showers[idx],
+                    (ep / ENERGY_SCALE)[:, None].astype(np.float32),
+                    (ep * sampling_fraction_fit(ep) * CELL_SCALE)[:, None].astype(np.float32),
+                )
+            ]
+        )
         state["step"] += 1
         now = time.monotonic()
         finished = state["step"] >= total or now >= deadline
@@ -147,8 +184,11 @@ def heads_loss(outputs, real, energy, cell_sum):
     import keras
 
     bce, mape = keras.losses.binary_crossentropy, keras.losses.mean_absolute_percentage_error
-    return LOSS_WEIGHTS[0] * keras.ops.mean(bce(real, outputs[0])) + LOSS_WEIGHTS[1] * keras.ops.mean(mape(energy, outputs[1])) \
+    return (
+        LOSS_WEIGHTS[0] * keras.ops.mean(bce(real, outputs[0]))
+        + LOSS_WEIGHTS[1] * keras.ops.mean(mape(energy, outputs[1]))
         + LOSS_WEIGHTS[2] * keras.ops.mean(mape(cell_sum, outputs[2]))
+    )
 
 
 def generator_loss(gen, disc, latent, energy, expected_sum):
@@ -162,18 +202,31 @@ def generator_loss(gen, disc, latent, energy, expected_sum):
     import tensorflow as tf
 
     fake = gen(latent, training=True)
-    return heads_loss(disc(fake, training=True), tf.ones((tf.shape(latent)[0], 1)), energy, expected_sum)
+    return heads_loss(
+        disc(fake, training=True), tf.ones((tf.shape(latent)[0], 1)), energy, expected_sum
+    )
 
 
-def _checkpoint(out: Path, state: dict, gen, disc, losses: list, seconds: float, per_epoch: int, log) -> None:
+def _checkpoint(
+    out: Path, state: dict, gen, disc, losses: list, seconds: float, per_epoch: int, log
+) -> None:
     d_loss, g_loss = np.mean(losses, axis=0)
-    state["history"].append({"step": state["step"], "epoch": state["step"] / per_epoch, "seconds": seconds,
-                             "d_loss": float(d_loss), "g_loss": float(g_loss)})
+    state["history"].append(
+        {
+            "step": state["step"],
+            "epoch": state["step"] / per_epoch,
+            "seconds": seconds,
+            "d_loss": float(d_loss),
+            "g_loss": float(g_loss),
+        }
+    )
     gen.save_weights(out / "generator.weights.h5")
     disc.save_weights(out / "discriminator.weights.h5")
     write_text(out / "state.json", json.dumps(state, indent=2))
-    log(f"step {state['step']} (epoch {state['step'] / per_epoch:.2f}): d_loss {d_loss:.3f} g_loss {g_loss:.3f} "
-        f"({len(losses)} steps in {seconds:.0f} s)")
+    log(
+        f"step {state['step']} (epoch {state['step'] / per_epoch:.2f}): d_loss {d_loss:.3f} g_loss {g_loss:.3f} "
+        f"({len(losses)} steps in {seconds:.0f} s)"
+    )
 
 
 def _training_data(out: Path, recipe: TrainRecipe) -> tuple[np.ndarray, np.ndarray]:

@@ -13,12 +13,11 @@ from pathlib import Path
 import numpy as np
 
 from models.resnet50 import data
-from quantize.atomic import atomic_path
+from onnxio import atomic_path, save_model
 from quantize.cache import cache_dir
-from quantize.modelio import save_model
 
 
-@dataclass
+@dataclass(frozen=True)
 class TrainRecipe:
     size: int = 32
     epochs: int = 4
@@ -50,11 +49,22 @@ def build(recipe: TrainRecipe = TrainRecipe(), out_dir: Path | None = None, log=
     x = data.normalise(data.to_rgb(train_x, recipe.size))
     model = resnet50(stages=recipe.stages)
     per_epoch = int(np.ceil(len(x) / recipe.batch))
-    schedule = keras.optimizers.schedules.CosineDecay(recipe.learning_rate, recipe.epochs * per_epoch)
-    model.compile(keras.optimizers.Adam(schedule), keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
+    schedule = keras.optimizers.schedules.CosineDecay(
+        recipe.learning_rate, recipe.epochs * per_epoch
+    )
+    model.compile(
+        keras.optimizers.Adam(schedule),
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=["accuracy"],
+    )
     start = time.perf_counter()
-    model.fit(_augmented(x, train_y, recipe), epochs=recipe.epochs, steps_per_epoch=per_epoch, verbose=0,
-              callbacks=[TrainingProgress(recipe.epochs, per_epoch, log)])
+    model.fit(
+        _augmented(x, train_y, recipe),
+        epochs=recipe.epochs,
+        steps_per_epoch=per_epoch,
+        verbose=0,
+        callbacks=[TrainingProgress(recipe.epochs, per_epoch, log)],
+    )
     log(f"trained in {time.perf_counter() - start:.0f} s")
 
     rng = np.random.default_rng(recipe.seed)
@@ -62,7 +72,9 @@ def build(recipe: TrainRecipe = TrainRecipe(), out_dir: Path | None = None, log=
     with atomic_path(out_dir / "calib.npz") as tmp:
         np.savez(tmp.open("wb"), image=calib)
     with atomic_path(out_dir / "test.npz") as tmp:
-        np.savez(tmp.open("wb"), image=data.normalise(data.to_rgb(test_x, recipe.size)), label=test_y)
+        np.savez(
+            tmp.open("wb"), image=data.normalise(data.to_rgb(test_x, recipe.size)), label=test_y
+        )
     model.save(out_dir / "resnet50.keras")
     proto = keras_to_onnx(model)
     recipe_meta = dict(data.PREPROCESS, size=recipe.size)
@@ -79,7 +91,7 @@ def _augmented(x: np.ndarray, y: np.ndarray, recipe: TrainRecipe):
     while True:
         order = rng.permutation(len(x))
         for i in range(0, len(x), recipe.batch):
-            idx = order[i:i + recipe.batch]
+            idx = order[i : i + recipe.batch]
             xb = x[idx]
             flip = rng.random(len(idx)) < 0.5
             xb[flip] = xb[flip, :, ::-1]

@@ -9,21 +9,27 @@ from pathlib import Path
 
 import numpy as np
 
-from quantize.errors import QuantizeError
+from onnxio import InputError
 
 DATASET_DIR = Path("/usr/share/datasets/fashion-mnist")
 # Pixel statistics of the Fashion-MNIST training images, in [0, 1].
 MEAN, STD = 0.2860, 0.3530
-PREPROCESS = {"layout": "NHWC", "color": "RGB", "scale": 1 / 255, "mean": [MEAN] * 3, "std": [STD] * 3}
+PREPROCESS = {
+    "layout": "NHWC",
+    "color": "RGB",
+    "scale": 1 / 255,
+    "mean": [MEAN] * 3,
+    "std": [STD] * 3,
+}
 
 
 def _read_idx(path: Path) -> np.ndarray:
     if not path.exists():
-        raise QuantizeError(path, "missing: install the Debian package dataset-fashion-mnist")
+        raise InputError(path, "missing: install the Debian package dataset-fashion-mnist")
     with gzip.open(path, "rb") as f:
         raw = f.read()
     ndim = raw[3]
-    dims = [int.from_bytes(raw[4 + 4 * i: 8 + 4 * i], "big") for i in range(ndim)]
+    dims = [int.from_bytes(raw[4 + 4 * i : 8 + 4 * i], "big") for i in range(ndim)]
     return np.frombuffer(raw, np.uint8, offset=4 + 4 * ndim).reshape(dims)
 
 

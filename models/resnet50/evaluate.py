@@ -8,7 +8,9 @@ from quantize.cache import cache_dir
 from quantize.runtime import run_batches, session
 
 
-def top1(model, images: np.ndarray, labels: np.ndarray, threads: int = 0, batch: int = 250) -> float:
+def top1(
+    model, images: np.ndarray, labels: np.ndarray, threads: int = 0, batch: int = 250
+) -> float:
     sess = session(model, threads)
     logits = run_batches(sess, {sess.get_inputs()[0].name: images}, batch)[0]
     return float(np.mean(logits.argmax(axis=1) == labels))

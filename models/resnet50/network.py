@@ -7,11 +7,15 @@ from keras import layers
 def bottleneck(x, filters: int, stride: int, project: bool, name: str):
     shortcut = x
     if project:
-        shortcut = layers.Conv2D(4 * filters, 1, strides=stride, use_bias=False, name=f"{name}_proj")(x)
+        shortcut = layers.Conv2D(
+            4 * filters, 1, strides=stride, use_bias=False, name=f"{name}_proj"
+        )(x)
         shortcut = layers.BatchNormalization(name=f"{name}_proj_bn")(shortcut)
     x = layers.Conv2D(filters, 1, use_bias=False, name=f"{name}_1")(x)
     x = layers.ReLU(name=f"{name}_1_relu")(layers.BatchNormalization(name=f"{name}_1_bn")(x))
-    x = layers.Conv2D(filters, 3, strides=stride, padding="same", use_bias=False, name=f"{name}_2")(x)
+    x = layers.Conv2D(filters, 3, strides=stride, padding="same", use_bias=False, name=f"{name}_2")(
+        x
+    )
     x = layers.ReLU(name=f"{name}_2_relu")(layers.BatchNormalization(name=f"{name}_2_bn")(x))
     x = layers.Conv2D(4 * filters, 1, use_bias=False, name=f"{name}_3")(x)
     x = layers.BatchNormalization(name=f"{name}_3_bn")(x)

@@ -12,29 +12,53 @@ import os
 import sys
 from pathlib import Path
 
+from calibration import METHODS
 from models.translator.translate import Translator, TranslatorFiles, default_folder
+from onnxio import InputError
 from quantize.batcher import BatcherConfig, run_packed
-from quantize.config import QuantConfig
-from quantize.errors import QuantizeError
+from quantize.recipe import Recipe
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(prog="python -m models.translator")
     sub = parser.add_subparsers(dest="command", required=True)
-    b = sub.add_parser("build", help="corpus, tokenizer, training (resumes) and ONNX export into the cache")
-    b.add_argument("--minutes", type=float, default=float("inf"), help="training budget for this run")
-    q = sub.add_parser("quantize", help="INT8 encoder and decoder, calibrated on dev-split sentences")
-    q.add_argument("--method", default=QuantConfig.transformer().method)
-    q.add_argument("--report", type=Path, metavar="DIR", help="write encoder/decoder validation reports (BLEU FP32 vs INT8, per-layer SQNR)")
+    b = sub.add_parser(
+        "build", help="corpus, tokenizer, training (resumes) and ONNX export into the cache"
+    )
+    b.add_argument(
+        "--minutes", type=float, default=float("inf"), help="training budget for this run"
+    )
+    q = sub.add_parser(
+        "quantize", help="INT8 encoder and decoder, calibrated on dev-split sentences"
+    )
+    q.add_argument("--method", choices=sorted(METHODS), default=Recipe.transformer().ranges.name)
+    q.add_argument(
+        "--report",
+        type=Path,
+        metavar="DIR",
+        help="write encoder/decoder validation reports (BLEU FP32 vs INT8, per-layer SQNR)",
+    )
     t = sub.add_parser("translate", help="translate lines of English")
-    t.add_argument("input", nargs="?", default="-", help="a UTF-8 text file, one sentence per line (default stdin)")
+    t.add_argument(
+        "input",
+        nargs="?",
+        default="-",
+        help="a UTF-8 text file, one sentence per line (default stdin)",
+    )
     t.add_argument("--int8", action="store_true", help="use the INT8 graphs")
     t.add_argument("--beam", type=_at_least_one, default=1)
-    t.add_argument("--streams", type=_at_least_one, default=1, help="parallel inference instances, each pinned to its own cores")
+    t.add_argument(
+        "--streams",
+        type=_at_least_one,
+        default=1,
+        help="parallel inference instances, each pinned to its own cores",
+    )
     t.add_argument("--token-budget", type=_at_least_one, default=BatcherConfig.token_budget)
     args = parser.parse_args()
     if args.command == "translate" and args.streams > len(os.sched_getaffinity(0)):
-        parser.error(f"--streams {args.streams}: this machine gives the process {len(os.sched_getaffinity(0))} cores, one stream needs one")
+        parser.error(
+            f"--streams {args.streams}: this machine gives the process {len(os.sched_getaffinity(0))} cores, one stream needs one"
+        )
     try:
         if args.command == "build":
             from models.translator.build import build  # TensorFlow, only where it is needed
@@ -44,13 +68,24 @@ def main() -> int:
         elif args.command == "quantize":
             from models.translator.build import quantize_translator
 
-            int8, results = quantize_translator(TranslatorFiles.in_folder(default_folder()), QuantConfig.transformer(method=args.method))
-            print(json.dumps({g: {"model": str(getattr(int8, g)), "output_sqnr_db": r.output_sqnr_db} for g, r in results.items()}, indent=2))
+            int8, results = quantize_translator(
+                TranslatorFiles.in_folder(default_folder()),
+                Recipe.transformer(ranges=METHODS[args.method]()),
+            )
+            print(
+                json.dumps(
+                    {
+                        g: {"model": str(getattr(int8, g)), "output_sqnr_db": r.output_sqnr_db}
+                        for g, r in results.items()
+                    },
+                    indent=2,
+                )
+            )
             if args.report is not None:
                 _write_reports(results, args.report)
         else:
             return _translate(args)
-    except QuantizeError as exc:
+    except InputError as exc:
         print(f"python -m models.translator: error: {exc}", file=sys.stderr)
         return 2
     return 0
@@ -71,14 +106,25 @@ def _translate(args) -> int:
     files = TranslatorFiles.in_folder(default_folder(), ".int8" if args.int8 else "")
     for path in (files.encoder, files.decoder):
         if not path.exists():
-            raise QuantizeError(path, "not built: run `python -m models.translator build` (and `quantize` for --int8)")
+            raise InputError(
+                path,
+                "not built: run `python -m models.translator build` (and `quantize` for --int8)",
+            )
     probe = Translator(files, threads=1)
     config = BatcherConfig(token_budget=args.token_budget, streams=args.streams)
-    for line in run_packed(lines, probe.token_lengths(lines), lambda threads: Translator(files, threads, args.beam), config):
+    for line in run_packed(
+        lines,
+        probe.token_lengths(lines),
+        lambda threads: Translator(files, threads, args.beam),
+        config,
+    ):
         print(line)
     truncated = probe.truncated(lines)
     if truncated:
-        print(f"note: {truncated} sentence(s) longer than {probe.max_len} tokens were truncated", file=sys.stderr)
+        print(
+            f"note: {truncated} sentence(s) longer than {probe.max_len} tokens were truncated",
+            file=sys.stderr,
+        )
     return 0
 
 
@@ -90,7 +136,9 @@ def _write_reports(results: dict, folder: Path) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     for graph, result in results.items():
         summary = report.evaluate(report.summarize(result), result, BleuEvaluator(graph))
-        print(f"{graph}: BLEU {summary['metric']['fp32']:.2f} -> {summary['metric']['int8']:.2f}; report {report.write(summary, folder / f'{graph}-report.html')}")
+        print(
+            f"{graph}: BLEU {summary['metric']['fp32']:.2f} -> {summary['metric']['int8']:.2f}; report {report.write(summary, folder / f'{graph}-report.html')}"
+        )
 
 
 def read_lines(source: str) -> list[str]:
@@ -103,7 +151,10 @@ def read_lines(source: str) -> list[str]:
         try:
             out.append(line.decode("utf-8").rstrip("\r"))
         except UnicodeDecodeError as exc:
-            raise QuantizeError(Path(source), f"line {number} is not UTF-8 (byte {exc.start + 1}: {line[exc.start:exc.start + 1]!r})") from None
+            raise InputError(
+                Path(source),
+                f"line {number} is not UTF-8 (byte {exc.start + 1}: {line[exc.start : exc.start + 1]!r})",
+            ) from None
     return out
 
 
@@ -111,7 +162,7 @@ def _read_file(path: Path) -> bytes:
     try:
         return path.read_bytes()
     except OSError as exc:
-        raise QuantizeError(path, exc.strerror or "cannot be read") from None
+        raise InputError(path, exc.strerror or "cannot be read") from None
 
 
 if __name__ == "__main__":

@@ -12,9 +12,9 @@ from models.translator.evaluate import calibration_feeds
 from models.translator.network import SMALL
 from models.translator.train import build_model, prepare, train
 from models.translator.translate import TranslatorFiles, default_folder
-from quantize.config import QuantConfig
-from quantize.modelio import save_model
-from quantize.pipeline import QuantizeResult, quantize_
+from onnxio import save_model
+from quantize.pipeline import QuantizeResult, quantize
+from quantize.recipe import Recipe
 
 CALIBRATION_SENTENCES = 256
 
@@ -34,23 +34,31 @@ def calibration_sentences() -> list[str]:
     return [p.english for p in read_split(build_corpus(), "dev")[:CALIBRATION_SENTENCES]]
 
 
-def quantize_translator(files: TranslatorFiles, config: QuantConfig, feeds: dict[str, list[dict]] | None = None,
-                        suffix: str = ".int8") -> tuple[TranslatorFiles, dict[str, QuantizeResult]]:
-    """Both graphs quantized with `config`, calibrated on dev-split sentences (or `feeds`)."""
+def quantize_translator(
+    files: TranslatorFiles,
+    recipe: Recipe,
+    feeds: dict[str, list[dict]] | None = None,
+    suffix: str = ".int8",
+) -> tuple[TranslatorFiles, dict[str, QuantizeResult]]:
+    """Both graphs quantized with `recipe`, calibrated on dev-split sentences (or `feeds`)."""
     feeds = feeds or calibration_feeds(files, calibration_sentences())
     results = {}
 
-    def quantize(graph: str, source: Path):
-        results[graph] = quantize_(source, feeds[graph], config)
+    def quantize_graph(graph: str, source: Path):
+        results[graph] = quantize(source, feeds[graph], recipe)
         return results[graph].model
 
-    return map_graphs(files, suffix, quantize), results
+    return map_graphs(files, suffix, quantize_graph), results
 
 
 def map_graphs(files: TranslatorFiles, suffix: str, transform) -> TranslatorFiles:
     """`transform(graph name, path) -> ModelProto` applied to the encoder and the decoder, saved
     beside them as encoder`suffix`.onnx and decoder`suffix`.onnx."""
-    out = TranslatorFiles(files.encoder.with_suffix(f"{suffix}.onnx"), files.decoder.with_suffix(f"{suffix}.onnx"), files.tokenizer)
+    out = TranslatorFiles(
+        files.encoder.with_suffix(f"{suffix}.onnx"),
+        files.decoder.with_suffix(f"{suffix}.onnx"),
+        files.tokenizer,
+    )
     for graph in ("encoder", "decoder"):
         save_model(transform(graph, getattr(files, graph)), getattr(out, graph))
     return out

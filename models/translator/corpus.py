@@ -20,25 +20,64 @@ from pathlib import Path
 
 import polib
 
-from quantize.atomic import write_text
+from onnxio import write_text
 from quantize.cache import cache_dir
 
 TRAIN_PACKAGES = (
-    "coreutils", "tar", "grep", "sed", "findutils", "diffutils", "gettext", "wget", "util-linux-locales",
-    "e2fsprogs-l10n", "dpkg", "apt", "debconf-i18n", "gnupg-l10n", "gcc-12-locales", "libc-l10n", "git",
-    "libgtk-3-common", "libgtk-4-common", "libglib2.0-data", "nautilus-data", "gnome-control-center-data",
-    "gnome-shell-common", "mutter-common", "thunar-data", "xfce4-panel", "xfce4-settings", "network-manager",
-    "network-manager-gnome", "synaptic", "aptitude-common", "gnome-software-common", "evolution-common",
-    "evolution-data-server-common", "totem-common", "rhythmbox-data", "gnucash-common", "vlc-l10n",
-    "filezilla-common", "audacity-data", "pidgin-data", "hexchat-common", "orca", "gnome-builder",
+    "coreutils",
+    "tar",
+    "grep",
+    "sed",
+    "findutils",
+    "diffutils",
+    "gettext",
+    "wget",
+    "util-linux-locales",
+    "e2fsprogs-l10n",
+    "dpkg",
+    "apt",
+    "debconf-i18n",
+    "gnupg-l10n",
+    "gcc-12-locales",
+    "libc-l10n",
+    "git",
+    "libgtk-3-common",
+    "libgtk-4-common",
+    "libglib2.0-data",
+    "nautilus-data",
+    "gnome-control-center-data",
+    "gnome-shell-common",
+    "mutter-common",
+    "thunar-data",
+    "xfce4-panel",
+    "xfce4-settings",
+    "network-manager",
+    "network-manager-gnome",
+    "synaptic",
+    "aptitude-common",
+    "gnome-software-common",
+    "evolution-common",
+    "evolution-data-server-common",
+    "totem-common",
+    "rhythmbox-data",
+    "gnucash-common",
+    "vlc-l10n",
+    "filezilla-common",
+    "audacity-data",
+    "pidgin-data",
+    "hexchat-common",
+    "orca",
+    "gnome-builder",
 )
 DEV_PACKAGES = ("geany-common", "transmission-common")
 TEST_PACKAGES = ("gedit-common", "evince-common", "gparted", "mousepad", "ristretto")
 MAX_WORDS = 60
 
 _CATALOGUE = re.compile(r"^\.?/usr/share/locale/de/LC_MESSAGES/[^/]+\.mo$")
-_PLACEHOLDER = re.compile(r"%(?:\d+\$)?[-+ #0']*\d*(?:\.\d+)?(?:hh|h|ll|l|L|q|j|z|t)?[diouxXeEfFgGcspn]"
-                          r"|%\([a-zA-Z_]\w*\)[sdifr]|\{[a-zA-Z_0-9]*\}|\$\{?[A-Z_]+\}?")
+_PLACEHOLDER = re.compile(
+    r"%(?:\d+\$)?[-+ #0']*\d*(?:\.\d+)?(?:hh|h|ll|l|L|q|j|z|t)?[diouxXeEfFgGcspn]"
+    r"|%\([a-zA-Z_]\w*\)[sdifr]|\{[a-zA-Z_0-9]*\}|\$\{?[A-Z_]+\}?"
+)
 _ACCELERATOR = re.compile(r"(?<![\w&_])[_&](?=\w)")
 _MARKUP = re.compile(r"</?[a-zA-Z][^<>]*>")
 
@@ -55,13 +94,20 @@ def build_corpus(packages_dir: Path | None = None) -> Path:
     out = cache_dir("translator", "corpus")
     if (out / "manifest.json").exists():
         return out
-    debs = fetch_packages(TRAIN_PACKAGES + DEV_PACKAGES + TEST_PACKAGES, packages_dir or cache_dir("translator", "debs"))
+    debs = fetch_packages(
+        TRAIN_PACKAGES + DEV_PACKAGES + TEST_PACKAGES,
+        packages_dir or cache_dir("translator", "debs"),
+    )
     pairs = {package: clean_pairs(catalogue_pairs(deb), package) for package, deb in debs.items()}
     splits = split_by_package(pairs)
     for name, rows in splits.items():
-        write_text(out / f"{name}.tsv", "".join(f"{p.english}\t{p.german}\t{p.package}\n" for p in rows))
-    manifest = {"packages": {package: deb.name for package, deb in debs.items()},
-                "pairs": {name: len(rows) for name, rows in splits.items()}}
+        write_text(
+            out / f"{name}.tsv", "".join(f"{p.english}\t{p.german}\t{p.package}\n" for p in rows)
+        )
+    manifest = {
+        "packages": {package: deb.name for package, deb in debs.items()},
+        "pairs": {name: len(rows) for name, rows in splits.items()},
+    }
     write_text(out / "manifest.json", json.dumps(manifest, indent=2))
     return out
 
@@ -85,7 +131,9 @@ def fetch_packages(packages: tuple[str, ...], into: Path) -> dict[str, Path]:
 
 def catalogue_pairs(deb: Path) -> Iterator[tuple[str, str]]:
     """(msgid, msgstr) of every German catalogue in the package; plurals give their singular."""
-    tar_stream = subprocess.run(["dpkg-deb", "--fsys-tarfile", str(deb)], check=True, capture_output=True).stdout
+    tar_stream = subprocess.run(
+        ["dpkg-deb", "--fsys-tarfile", str(deb)], check=True, capture_output=True
+    ).stdout
     with tempfile.TemporaryFile() as buffer:
         buffer.write(tar_stream)
         buffer.seek(0)
@@ -105,7 +153,9 @@ def clean_pairs(raw: Iterator[tuple[str, str]], package: str) -> list[Pair]:
             continue
         if sorted(_PLACEHOLDER.findall(english)) != sorted(_PLACEHOLDER.findall(german)):
             continue
-        if max(len(english.split()), len(german.split())) > MAX_WORDS or not re.search(r"[a-zA-Z]{2}", english):
+        if max(len(english.split()), len(german.split())) > MAX_WORDS or not re.search(
+            r"[a-zA-Z]{2}", english
+        ):
             continue
         seen.add((english, german))
         pairs.append(Pair(english, german, package))

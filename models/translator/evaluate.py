@@ -10,15 +10,24 @@ from models.translator.translate import Translator, TranslatorFiles, default_fol
 from quantize.batcher import BatcherConfig, run_packed
 
 
-def bleu(files: TranslatorFiles, pairs: list[Pair], beam: int = 1, batcher: BatcherConfig = BatcherConfig()) -> tuple[float, list[str]]:
+def bleu(
+    files: TranslatorFiles,
+    pairs: list[Pair],
+    beam: int = 1,
+    batcher: BatcherConfig = BatcherConfig(),
+) -> tuple[float, list[str]]:
     """Corpus BLEU (sacrebleu, 13a tokenisation) of the translations of `pairs`, and the translations."""
     english = [p.english for p in pairs]
     lengths = Translator(files, threads=1).token_lengths(english)
-    hypotheses = run_packed(english, lengths, lambda threads: Translator(files, threads, beam), batcher)
+    hypotheses = run_packed(
+        english, lengths, lambda threads: Translator(files, threads, beam), batcher
+    )
     return sacrebleu.corpus_bleu(hypotheses, [[p.german for p in pairs]]).score, hypotheses
 
 
-def calibration_feeds(files: TranslatorFiles, texts: list[str], batch: int = 16, every_step: int = 2) -> dict[str, list[dict]]:
+def calibration_feeds(
+    files: TranslatorFiles, texts: list[str], batch: int = 16, every_step: int = 2
+) -> dict[str, list[dict]]:
     """{"encoder": feeds, "decoder": feeds} recorded while greedily translating `texts` in FP32.
 
     Sentences are batched by length as the batcher would; every `every_step`-th decoder step
@@ -35,7 +44,7 @@ def calibration_feeds(files: TranslatorFiles, texts: list[str], batch: int = 16,
     translator.observe = keep
     order = np.argsort([len(t) for t in texts])
     for start in range(0, len(texts), batch):
-        translator([texts[i] for i in order[start:start + batch]])
+        translator([texts[i] for i in order[start : start + batch]])
     return feeds
 
 
@@ -46,7 +55,9 @@ class BleuEvaluator:
     metric = "BLEU"
     higher_is_better = True
 
-    def __init__(self, graph: str, files: TranslatorFiles | None = None, pairs: list[Pair] | None = None):
+    def __init__(
+        self, graph: str, files: TranslatorFiles | None = None, pairs: list[Pair] | None = None
+    ):
         self.graph, self.name = graph, f"translator-{graph}"
         self.files = files or TranslatorFiles.in_folder(default_folder())
         self.pairs = pairs if pairs is not None else read_split(build_corpus(), "test")

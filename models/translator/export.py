@@ -12,8 +12,8 @@ from pathlib import Path
 import onnx
 
 from models.translator.network import Transformer
+from onnxio import save_model
 from quantize.frontend.tensorflow import EXPORT_OPSET
-from quantize.modelio import save_model
 
 
 def cache_names(kind: str, layers: int) -> list[str]:
@@ -37,17 +37,29 @@ def export(model: Transformer, out: Path) -> tuple[Path, Path]:
         return [t for kv in cross for t in kv] + [source_bias]
 
     def decode(token, position, source_bias, *caches):
-        logits, present = model.decode_step(token, position, pairs(caches[:2 * layers]), pairs(caches[2 * layers:]), source_bias)
+        logits, present = model.decode_step(
+            token, position, pairs(caches[: 2 * layers]), pairs(caches[2 * layers :]), source_bias
+        )
         return [logits] + [t for kv in present for t in kv]
 
     encoder_specs = [tf.TensorSpec((None, None), tf.int32, name="source")]
-    decoder_specs = [tf.TensorSpec((None, 1), tf.int32, name="token"), tf.TensorSpec((None, 1), tf.int32, name="position"),
-                     tf.TensorSpec((None, 1, 1, None), tf.float32, name="source_bias")]
-    decoder_specs += [tf.TensorSpec(cache, tf.float32, name=n) for n in cache_names("past", layers) + cache_names("cross", layers)]
+    decoder_specs = [
+        tf.TensorSpec((None, 1), tf.int32, name="token"),
+        tf.TensorSpec((None, 1), tf.int32, name="position"),
+        tf.TensorSpec((None, 1, 1, None), tf.float32, name="source_bias"),
+    ]
+    decoder_specs += [
+        tf.TensorSpec(cache, tf.float32, name=n)
+        for n in cache_names("past", layers) + cache_names("cross", layers)
+    ]
     paths = []
-    for name, fn, specs, outputs in (("encoder", encode, encoder_specs, cache_names("cross", layers) + ["source_bias"]),
-                                     ("decoder", decode, decoder_specs, ["logits"] + cache_names("present", layers))):
-        proto, _ = tf2onnx.convert.from_function(tf.function(fn, input_signature=specs), input_signature=specs, opset=EXPORT_OPSET)
+    for name, fn, specs, outputs in (
+        ("encoder", encode, encoder_specs, cache_names("cross", layers) + ["source_bias"]),
+        ("decoder", decode, decoder_specs, ["logits"] + cache_names("present", layers)),
+    ):
+        proto, _ = tf2onnx.convert.from_function(
+            tf.function(fn, input_signature=specs), input_signature=specs, opset=EXPORT_OPSET
+        )
         _rename_outputs(proto, outputs)
         onnx.helper.set_model_props(proto, {"max_len": str(c.max_len)})
         path = out / f"{name}.onnx"

@@ -35,14 +35,18 @@ class TranslatorConfig:
 
 
 SMALL = TranslatorConfig()
-BASE = TranslatorConfig(vocab=32000, d_model=512, heads=8, ffn=2048, encoder_layers=6, decoder_layers=6)
+BASE = TranslatorConfig(
+    vocab=32000, d_model=512, heads=8, ffn=2048, encoder_layers=6, decoder_layers=6
+)
 
 
 class Attention(layers.Layer):
     def __init__(self, config: TranslatorConfig, **kwargs):
         super().__init__(**kwargs)
         self.heads, self.depth = config.heads, config.depth
-        self.query, self.key, self.value, self.out = (layers.Dense(config.d_model, name=n) for n in ("query", "key", "value", "out"))
+        self.query, self.key, self.value, self.out = (
+            layers.Dense(config.d_model, name=n) for n in ("query", "key", "value", "out")
+        )
         self.dropout = layers.Dropout(config.dropout)
 
     def split_heads(self, x):
@@ -60,14 +64,16 @@ class Attention(layers.Layer):
     def attend_one(self, x, keys, values, bias):
         """Attention for one query position, x (batch, d_model): a step graph without
         dynamic-shape arithmetic (ONNX Runtime pays per node, and a step has little compute)."""
-        query = self.one_position(self.query(x) * self.depth ** -0.5)
+        query = self.one_position(self.query(x) * self.depth**-0.5)
         weights = ops.softmax(ops.matmul(query, ops.transpose(keys, (0, 1, 3, 2))) + bias, axis=-1)
         return self.out(ops.reshape(ops.matmul(weights, values), (-1, self.heads * self.depth)))
 
     def attend(self, x, keys, values, bias, training=False):
-        query = self.split_heads(self.query(x) * self.depth ** -0.5)
+        query = self.split_heads(self.query(x) * self.depth**-0.5)
         weights = ops.softmax(ops.matmul(query, ops.transpose(keys, (0, 1, 3, 2))) + bias, axis=-1)
-        context = ops.transpose(ops.matmul(self.dropout(weights, training=training), values), (0, 2, 1, 3))
+        context = ops.transpose(
+            ops.matmul(self.dropout(weights, training=training), values), (0, 2, 1, 3)
+        )
         return self.out(ops.reshape(context, (ops.shape(x)[0], -1, self.heads * self.depth)))
 
     def call(self, x, memory, bias, training=False):
@@ -88,29 +94,49 @@ class FeedForward(layers.Layer):
 class EncoderLayer(layers.Layer):
     def __init__(self, config: TranslatorConfig, **kwargs):
         super().__init__(**kwargs)
-        self.attention, self.feed_forward = Attention(config, name="attention"), FeedForward(config, name="ffn")
-        self.norm1, self.norm2 = layers.LayerNormalization(epsilon=1e-6), layers.LayerNormalization(epsilon=1e-6)
+        self.attention, self.feed_forward = (
+            Attention(config, name="attention"),
+            FeedForward(config, name="ffn"),
+        )
+        self.norm1, self.norm2 = (
+            layers.LayerNormalization(epsilon=1e-6),
+            layers.LayerNormalization(epsilon=1e-6),
+        )
         self.dropout = layers.Dropout(config.dropout)
 
     def call(self, x, bias, training=False):
         h = self.norm1(x)
         x = x + self.dropout(self.attention(h, h, bias, training=training), training=training)
-        return x + self.dropout(self.feed_forward(self.norm2(x), training=training), training=training)
+        return x + self.dropout(
+            self.feed_forward(self.norm2(x), training=training), training=training
+        )
 
 
 class DecoderLayer(layers.Layer):
     def __init__(self, config: TranslatorConfig, **kwargs):
         super().__init__(**kwargs)
-        self.self_attention, self.cross_attention = Attention(config, name="self_attention"), Attention(config, name="cross_attention")
+        self.self_attention, self.cross_attention = (
+            Attention(config, name="self_attention"),
+            Attention(config, name="cross_attention"),
+        )
         self.feed_forward = FeedForward(config, name="ffn")
         self.norms = [layers.LayerNormalization(epsilon=1e-6, name=f"norm{i}") for i in range(3)]
         self.dropout = layers.Dropout(config.dropout)
 
     def call(self, x, cross_keys, cross_values, self_bias, cross_bias, training=False):
         h = self.norms[0](x)
-        x = x + self.dropout(self.self_attention(h, h, self_bias, training=training), training=training)
-        x = x + self.dropout(self.cross_attention.attend(self.norms[1](x), cross_keys, cross_values, cross_bias, training), training=training)
-        return x + self.dropout(self.feed_forward(self.norms[2](x), training=training), training=training)
+        x = x + self.dropout(
+            self.self_attention(h, h, self_bias, training=training), training=training
+        )
+        x = x + self.dropout(
+            self.cross_attention.attend(
+                self.norms[1](x), cross_keys, cross_values, cross_bias, training
+            ),
+            training=training,
+        )
+        return x + self.dropout(
+            self.feed_forward(self.norms[2](x), training=training), training=training
+        )
 
     def step(self, x, past_keys, past_values, cross_keys, cross_values, cross_bias):
         """One position, x (batch, d_model): attend to the cached positions plus this one;
@@ -120,7 +146,9 @@ class DecoderLayer(layers.Layer):
         keys = ops.concatenate([past_keys, attention.one_position(attention.key(h))], axis=2)
         values = ops.concatenate([past_values, attention.one_position(attention.value(h))], axis=2)
         x = x + attention.attend_one(h, keys, values, 0.0)
-        x = x + self.cross_attention.attend_one(self.norms[1](x), cross_keys, cross_values, cross_bias)
+        x = x + self.cross_attention.attend_one(
+            self.norms[1](x), cross_keys, cross_values, cross_bias
+        )
         return x + self.feed_forward(self.norms[2](x)), keys, values
 
 
@@ -129,16 +157,24 @@ class Transformer(keras.Model):
         super().__init__(**kwargs)
         self.config = config
         self.embedding = layers.Embedding(config.vocab, config.d_model, name="embedding")
-        self.positions = sinusoids(config.max_len, config.d_model)  # numpy: a constant in every traced graph
-        self.encoder = [EncoderLayer(config, name=f"encoder_{i}") for i in range(config.encoder_layers)]
-        self.decoder = [DecoderLayer(config, name=f"decoder_{i}") for i in range(config.decoder_layers)]
+        self.positions = sinusoids(
+            config.max_len, config.d_model
+        )  # numpy: a constant in every traced graph
+        self.encoder = [
+            EncoderLayer(config, name=f"encoder_{i}") for i in range(config.encoder_layers)
+        ]
+        self.decoder = [
+            DecoderLayer(config, name=f"decoder_{i}") for i in range(config.decoder_layers)
+        ]
         self.encoder_norm = layers.LayerNormalization(epsilon=1e-6, name="encoder_norm")
         self.decoder_norm = layers.LayerNormalization(epsilon=1e-6, name="decoder_norm")
         self.logits = layers.Dense(config.vocab, name="logits")
         self.dropout = layers.Dropout(config.dropout)
 
     def embed(self, tokens, positions, training=False):
-        x = self.embedding(tokens) * self.config.d_model ** 0.5 + ops.take(ops.convert_to_tensor(self.positions), positions, axis=0)
+        x = self.embedding(tokens) * self.config.d_model**0.5 + ops.take(
+            ops.convert_to_tensor(self.positions), positions, axis=0
+        )
         return self.dropout(x, training=training)
 
     def call(self, inputs, training=False):

@@ -30,17 +30,26 @@ class TranslatorFiles:
 
     @classmethod
     def in_folder(cls, folder: Path, suffix: str = "") -> "TranslatorFiles":
-        return cls(folder / f"encoder{suffix}.onnx", folder / f"decoder{suffix}.onnx", folder / "spm.model")
+        return cls(
+            folder / f"encoder{suffix}.onnx", folder / f"decoder{suffix}.onnx", folder / "spm.model"
+        )
 
 
 class Translator:
     def __init__(self, files: TranslatorFiles, threads: int = 0, beam: int = 1):
-        self.encoder, self.decoder = session(files.encoder, threads), session(files.decoder, threads)
+        self.encoder, self.decoder = (
+            session(files.encoder, threads),
+            session(files.decoder, threads),
+        )
         self.tokenizer = load_tokenizer(files.tokenizer)
         self.beam = beam
         self.past_names = [i.name for i in self.decoder.get_inputs() if i.name.startswith("past_")]
-        self.context_names = [o.name for o in self.encoder.get_outputs()]  # cross keys/values, source bias
-        _, self.heads, _, self.depth = {i.name: i.shape for i in self.decoder.get_inputs()}["past_key_0"]
+        self.context_names = [
+            o.name for o in self.encoder.get_outputs()
+        ]  # cross keys/values, source bias
+        _, self.heads, _, self.depth = {i.name: i.shape for i in self.decoder.get_inputs()}[
+            "past_key_0"
+        ]
         self.max_len = int(self.decoder.get_modelmeta().custom_metadata_map["max_len"])
         self.observe = lambda graph, feed: None  # sees every feed (used to record calibration data)
 
@@ -58,7 +67,7 @@ class Translator:
         if not live:
             return out
         ids = self.tokenizer.encode([texts[i] for i in live])
-        source = _padded([x[:self.max_len - 1] + [EOS] for x in ids])
+        source = _padded([x[: self.max_len - 1] + [EOS] for x in ids])
         context = dict(zip(self.context_names, self._run("encoder", {"source": source})))
         limits = np.minimum((source != PAD).sum(1) * 3 // 2 + 10, self.max_len - 1)
         search = self._greedy if self.beam == 1 else self._beam
@@ -72,12 +81,20 @@ class Translator:
 
     def _step(self, tokens, position, past: dict, context: dict) -> tuple[np.ndarray, dict]:
         """Next-token logits and the grown caches (named as the next step's inputs)."""
-        feed = {"token": tokens[:, None].astype(np.int32), "position": np.full((len(tokens), 1), position, np.int32), **past, **context}
+        feed = {
+            "token": tokens[:, None].astype(np.int32),
+            "position": np.full((len(tokens), 1), position, np.int32),
+            **past,
+            **context,
+        }
         logits, *present = self._run("decoder", feed)
         return logits, dict(zip(self.past_names, present))
 
     def _empty_cache(self, rows: int) -> dict[str, np.ndarray]:
-        return {name: np.zeros((rows, self.heads, 0, self.depth), np.float32) for name in self.past_names}
+        return {
+            name: np.zeros((rows, self.heads, 0, self.depth), np.float32)
+            for name in self.past_names
+        }
 
     def _greedy(self, context: dict, limits) -> list[list[int]]:
         """Finished rows are dropped from the batch once they are a quarter of it (dropping
@@ -95,7 +112,12 @@ class Translator:
             if not alive.any():
                 break
             if (~alive).sum() * 4 >= len(alive):
-                rows, tokens, past, context = rows[alive], tokens[alive], _take(past, alive), _take(context, alive)
+                rows, tokens, past, context = (
+                    rows[alive],
+                    tokens[alive],
+                    _take(past, alive),
+                    _take(context, alive),
+                )
                 alive = alive[alive]
         return outputs
 
@@ -112,7 +134,7 @@ class Translator:
             logp = logits - logits.max(-1, keepdims=True)
             logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
             total = (scores[:, None] + logp).reshape(n, -1)  # (sentence, beam x vocab)
-            top = np.argpartition(-total, 2 * k, axis=1)[:, :2 * k]
+            top = np.argpartition(-total, 2 * k, axis=1)[:, : 2 * k]
             new_rows, new_scores, new_tokens = [], [], []
             for s in range(n):
                 order = top[s][np.argsort(-total[s, top[s]])]
@@ -153,5 +175,5 @@ def _take(arrays: dict[str, np.ndarray], rows) -> dict[str, np.ndarray]:
 def _padded(rows: list[list[int]]) -> np.ndarray:
     out = np.full((len(rows), max(len(r) for r in rows)), PAD, np.int32)
     for i, r in enumerate(rows):
-        out[i, :len(r)] = r
+        out[i, : len(r)] = r
     return out

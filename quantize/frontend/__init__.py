@@ -9,7 +9,7 @@ from pathlib import Path
 
 import onnx
 
-from quantize.errors import QuantizeError
+from onnxio import InputError
 from quantize.frontend.onnx_file import load_onnx, upgrade_opset
 
 MIN_OPSET = 13
@@ -18,10 +18,12 @@ MIN_OPSET = 13
 def load_model(path) -> onnx.ModelProto:
     path = Path(path)
     if not path.exists():
-        raise QuantizeError(path, "no such file or directory")
+        raise InputError(path, "no such file or directory")
     if path.is_dir():
         if not (path / "saved_model.pb").exists():
-            raise QuantizeError(path, "a directory is read as a TensorFlow SavedModel, but it has no saved_model.pb")
+            raise InputError(
+                path, "a directory is read as a TensorFlow SavedModel, but it has no saved_model.pb"
+            )
         from quantize.frontend.tensorflow import saved_model_to_onnx
 
         model = saved_model_to_onnx(path)

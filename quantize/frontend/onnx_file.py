@@ -5,25 +5,31 @@ from pathlib import Path
 import onnx
 from google.protobuf.message import DecodeError
 
-from quantize.errors import QuantizeError
+from onnxio import InputError
 
 
 def load_onnx(path: Path) -> onnx.ModelProto:
     try:
         model = onnx.load(str(path))
     except PermissionError:
-        raise QuantizeError(path, "permission denied") from None
+        raise InputError(path, "permission denied") from None
     except (DecodeError, RuntimeWarning, ValueError, UnicodeDecodeError) as exc:
-        raise QuantizeError(path, f"not a readable ONNX model ({type(exc).__name__}); is the file truncated or of another format?") from None
+        raise InputError(
+            path,
+            f"not a readable ONNX model ({type(exc).__name__}); is the file truncated or of another format?",
+        ) from None
     except OSError as exc:
-        raise QuantizeError(path, f"cannot read: {exc.strerror or exc}") from None
+        raise InputError(path, f"cannot read: {exc.strerror or exc}") from None
     if not model.graph.node or not model.graph.input:
-        raise QuantizeError(path, "not a usable ONNX model: the graph has no nodes or no inputs (truncated or another format?)")
+        raise InputError(
+            path,
+            "not a usable ONNX model: the graph has no nodes or no inputs (truncated or another format?)",
+        )
     try:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as exc:
         first_line = str(exc).strip().splitlines()[0]
-        raise QuantizeError(path, f"invalid ONNX model: {first_line}") from None
+        raise InputError(path, f"invalid ONNX model: {first_line}") from None
     return model
 
 
@@ -41,5 +47,8 @@ def upgrade_opset(model: onnx.ModelProto, minimum: int, path: Path) -> onnx.Mode
         upgraded = version_converter.convert_version(model, minimum)
         onnx.checker.check_model(upgraded)
     except Exception as exc:  # the converter raises bare RuntimeError/ValidationError by adapter
-        raise QuantizeError(path, f"cannot raise opset {default_opset(model)} to {minimum}: {str(exc).splitlines()[0]}") from None
+        raise InputError(
+            path,
+            f"cannot raise opset {default_opset(model)} to {minimum}: {str(exc).splitlines()[0]}",
+        ) from None
     return upgraded

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import onnx
 
-from quantize.errors import QuantizeError
+from onnxio import InputError
 
 EXPORT_OPSET = 17
 
@@ -19,7 +19,10 @@ def keras_to_onnx(model, opset: int = EXPORT_OPSET) -> onnx.ModelProto:
     import tensorflow as tf
     import tf2onnx
 
-    specs = [tf.TensorSpec([None, *t.shape[1:]], t.dtype, name=_input_name(t, i)) for i, t in enumerate(model.inputs)]
+    specs = [
+        tf.TensorSpec([None, *t.shape[1:]], t.dtype, name=_input_name(t, i))
+        for i, t in enumerate(model.inputs)
+    ]
 
     @tf.function(input_signature=specs)
     def serve(*xs):
@@ -35,7 +38,7 @@ def keras_file_to_onnx(path: Path) -> onnx.ModelProto:
     try:
         model = keras.saving.load_model(path, compile=False, safe_mode=True)
     except Exception as exc:  # Keras raises ValueError, OSError, TypeError... by format
-        raise QuantizeError(path, f"not a loadable Keras model: {_first_line(exc)}") from None
+        raise InputError(path, f"not a loadable Keras model: {_first_line(exc)}") from None
     return keras_to_onnx(model)
 
 
@@ -47,9 +50,9 @@ def saved_model_to_onnx(path: Path) -> onnx.ModelProto:
         loaded = tf.saved_model.load(str(path))
         signature = loaded.signatures["serving_default"]
     except KeyError:
-        raise QuantizeError(path, "the SavedModel has no 'serving_default' signature") from None
+        raise InputError(path, "the SavedModel has no 'serving_default' signature") from None
     except Exception as exc:
-        raise QuantizeError(path, f"not a loadable SavedModel: {_first_line(exc)}") from None
+        raise InputError(path, f"not a loadable SavedModel: {_first_line(exc)}") from None
     kwargs_spec = signature.structured_input_signature[1]
     names = sorted(kwargs_spec)
     specs = [tf.TensorSpec(kwargs_spec[n].shape, kwargs_spec[n].dtype, name=n) for n in names]

@@ -1,11 +1,11 @@
 """Graph rewrites, each an onnx-ir pass: FP32 clean-up first, then lowering to Q/DQ.
 
-    cleanup(model)          shape inference, constant folding, BatchNorm folding, decomposed
-                            LayerNorm -> LayerNormalization, MatMul+bias -> Gemm, zero Pads into Convs, upsampling into Convs,
-                            Conv3D -> 2D Conv, Reshapes before Transposes, Transpose merging,
-                            dead nodes
-    lower_to_qdq(model, p)  carry out a QuantPlan: absorb Relus, insert Q/DQ pairs, a residual Conv for chosen inputs,
-                            widen chosen Conv outputs
+cleanup(model)          shape inference, constant folding, BatchNorm folding, decomposed
+                        LayerNorm -> LayerNormalization, MatMul+bias -> Gemm, zero Pads into Convs, upsampling into Convs,
+                        Conv3D -> 2D Conv, Reshapes before Transposes, Transpose merging,
+                        dead nodes
+lower_to_qdq(model, p)  carry out a QuantPlan: absorb Relus, insert Q/DQ pairs, a residual Conv for chosen inputs,
+                        widen chosen Conv outputs
 """
 
 import onnx_ir as ir
@@ -18,8 +18,8 @@ from quantize.passes.fold_conv3d import FoldConv3DPass
 from quantize.passes.fold_pad import FoldPadIntoConvPass
 from quantize.passes.fold_upsample import FoldUpsampleIntoConvPass
 from quantize.passes.fuse_layernorm import FuseLayerNormPass
-from quantize.passes.fuse_matmul_add import FuseMatMulAddPass
 from quantize.passes.insert_qdq import InsertQDQPass
+from quantize.passes.matmul_to_gemm import MatMulToGemmPass
 from quantize.passes.merge_transposes import MergeTransposesPass
 from quantize.passes.residual_input import ResidualInputPass
 from quantize.passes.smooth_activations import SmoothActivationsPass
@@ -27,8 +27,24 @@ from quantize.passes.split_before_transpose import SplitBeforeTransposePass
 from quantize.passes.widen_output import WidenOutputPass
 from quantize.plan import QuantPlan
 
-__all__ = ["AbsorbActivationPass", "FoldBatchNormPass", "FoldConstantsPass", "FoldConv3DPass", "FoldPadIntoConvPass", "FoldUpsampleIntoConvPass", "FuseLayerNormPass", "FuseMatMulAddPass", "InsertQDQPass", "MergeTransposesPass", "ResidualInputPass", "SmoothActivationsPass", "SplitBeforeTransposePass",
-           "WidenOutputPass", "cleanup", "lower_to_qdq"]
+__all__ = [
+    "AbsorbActivationPass",
+    "FoldBatchNormPass",
+    "FoldConstantsPass",
+    "FoldConv3DPass",
+    "FoldPadIntoConvPass",
+    "FoldUpsampleIntoConvPass",
+    "FuseLayerNormPass",
+    "MatMulToGemmPass",
+    "InsertQDQPass",
+    "MergeTransposesPass",
+    "ResidualInputPass",
+    "SmoothActivationsPass",
+    "SplitBeforeTransposePass",
+    "WidenOutputPass",
+    "cleanup",
+    "lower_to_qdq",
+]
 
 
 def cleanup(model: ir.Model) -> ir.Model:
@@ -43,7 +59,7 @@ def cleanup(model: ir.Model) -> ir.Model:
             FoldBatchNormPass(),
             common.ShapeInferencePass(),  # the Gemm and LayerNorm fusions need input ranks
             FuseLayerNormPass(),
-            FuseMatMulAddPass(),
+            MatMulToGemmPass(),
             FoldPadIntoConvPass(),
             common.ShapeInferencePass(),  # the upsampling and Conv3D foldings need the shapes the Pad folding changed
             FoldUpsampleIntoConvPass(),  # a Conv reading an upsampled tensor reads it once per phase
@@ -62,6 +78,14 @@ def cleanup(model: ir.Model) -> ir.Model:
 
 def lower_to_qdq(model: ir.Model, plan: QuantPlan) -> ir.Model:
     passes = ir.passes.PassManager(
-        [AbsorbActivationPass(plan), InsertQDQPass(plan), ResidualInputPass(plan), WidenOutputPass(plan), common.RemoveUnusedNodesPass(), common.TopologicalSortPass(), common.CheckerPass()]
+        [
+            AbsorbActivationPass(plan),
+            InsertQDQPass(plan),
+            ResidualInputPass(plan),
+            WidenOutputPass(plan),
+            common.RemoveUnusedNodesPass(),
+            common.TopologicalSortPass(),
+            common.CheckerPass(),
+        ]
     )
     return passes(model).model

@@ -6,6 +6,11 @@ from quantize.plan import QuantPlan
 
 
 class AbsorbActivationPass(ir.passes.InPlacePass):
+    """Deletes each Relu the plan absorbed, its readers reading its input instead.
+
+    Precondition: the input's planned range starts at 0, so the uint8 zero point clamps as the
+    Relu did."""
+
     def __init__(self, plan: QuantPlan):
         super().__init__()
         self.plan = plan
@@ -15,7 +20,9 @@ class AbsorbActivationPass(ir.passes.InPlacePass):
         for node in removed:
             source, result = node.inputs[0], node.outputs[0]
             if self.plan.ranges[source.name][0] != 0.0:
-                raise ir.passes.PreconditionError(f"{node.name}: absorbed activation needs a range starting at 0")
+                raise ir.passes.PreconditionError(
+                    f"{node.name}: absorbed activation needs a range starting at 0"
+                )
             ir.convenience.replace_all_uses_with(result, source)
             model.graph.remove(node, safe=True)
         return ir.passes.PassResult(model, modified=bool(removed))

@@ -7,10 +7,23 @@ from onnx.reference import ReferenceEvaluator
 from quantize.passes.rewrite import add_initializer
 
 MAX_FOLDED_ELEMENTS = 10_000_000
-NEVER_FOLD = {"QuantizeLinear", "DequantizeLinear", "RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial"}
+NEVER_FOLD = {
+    "QuantizeLinear",
+    "DequantizeLinear",
+    "RandomNormal",
+    "RandomUniform",
+    "RandomNormalLike",
+    "RandomUniformLike",
+    "Multinomial",
+}
 
 
 class FoldConstantsPass(ir.passes.InPlacePass):
+    """Replaces each node whose inputs are all constants by an initializer holding its output.
+
+    Left alone: graph outputs, Q/DQ and random ops, nodes with subgraphs, other domains, and
+    results over MAX_FOLDED_ELEMENTS elements."""
+
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         folded = 0
         for node in list(model.graph):
@@ -22,7 +35,10 @@ class FoldConstantsPass(ir.passes.InPlacePass):
     def _foldable(node: ir.Node) -> bool:
         if node.domain not in ("", "ai.onnx") or node.op_type in NEVER_FOLD:
             return False
-        if any(attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS) for attr in node.attributes.values()):
+        if any(
+            attr.type in (ir.AttributeType.GRAPH, ir.AttributeType.GRAPHS)
+            for attr in node.attributes.values()
+        ):
             return False
         if any(out.is_graph_output() for out in node.outputs):
             return False

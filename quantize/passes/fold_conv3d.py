@@ -36,23 +36,43 @@ CHANNEL_BLOCK = 16  # output channels per block of ORT's (MLAS) GEMM kernels
 
 
 class FoldConv3DPass(FusionPass):
+    """Rewrites a Conv3D as a 2D Conv over windows of the folded axis (see the module docstring).
+
+    Only stride 1, dilation 1, group 1, constant weights and bias and static D/H/W; exact in FP32."""
+
     def match(self, conv: ir.Node) -> bool | None:
-        if conv.op_type != "Conv" or len(conv.inputs) < 2 or conv.inputs[1] is None or conv.inputs[1].const_value is None:
+        if (
+            conv.op_type != "Conv"
+            or len(conv.inputs) < 2
+            or conv.inputs[1] is None
+            or conv.inputs[1].const_value is None
+        ):
             return None
         x = conv.inputs[0]
         if len(conv.inputs[1].const_value.shape) != 5 or x.shape is None or len(x.shape) != 5:
             return None
         if any(not isinstance(d, int) for d in list(x.shape)[2:]) or uses_auto_pad(conv):
             return None
-        if len(conv.inputs) > 2 and conv.inputs[2] is not None and conv.inputs[2].const_value is None:
+        if (
+            len(conv.inputs) > 2
+            and conv.inputs[2] is not None
+            and conv.inputs[2].const_value is None
+        ):
             return None
-        plain = int_list(conv, "strides", [1, 1, 1]) == [1, 1, 1] and int_list(conv, "dilations", [1, 1, 1]) == [1, 1, 1]
-        return True if plain and (conv.attributes["group"].value if "group" in conv.attributes else 1) == 1 else None
+        plain = int_list(conv, "strides", [1, 1, 1]) == [1, 1, 1] and int_list(
+            conv, "dilations", [1, 1, 1]
+        ) == [1, 1, 1]
+        return (
+            True
+            if plain and (conv.attributes["group"].value if "group" in conv.attributes else 1) == 1
+            else None
+        )
 
     def outputs_per_window(self, k: int, ka: int, a_out: int) -> int:
         """The divisor s of a_out with the least estimated GEMM work: the kernel computes output
         channels in blocks of 16, so s*K channels are paid as a whole number of blocks, and a
         window of ka+s-1 input positions makes (ka+s-1)/ka times the multiply-adds (zeros)."""
+
         def cost(s: int) -> float:
             return (ka + s - 1) / ka * -(-s * k // CHANNEL_BLOCK) * CHANNEL_BLOCK / (s * k)
 
@@ -71,38 +91,100 @@ class FoldConv3DPass(FusionPass):
         a_out = spatial[axis] + pads[axis] + pads[3 + axis] - ka + 1
         r_out = [spatial[a] + pads[a] + pads[3 + a] - weight.shape[2 + a] + 1 for a in rest]
         group = self.outputs_per_window(k, ka, a_out)
-        windows, span = a_out // group, ka + group - 1  # window w covers input positions w*group .. w*group+span-1
+        windows, span = (
+            a_out // group,
+            ka + group - 1,
+        )  # window w covers input positions w*group .. w*group+span-1
         name = conv.name
 
         chain = NodeChain(graph, name)
         const, node = chain.const, chain.node
 
-        source = node("Transpose", [x], "channels_last", perm=[0, *(2 + a for a in order), 1])  # (N, A, R1, R2, C)
+        source = node(
+            "Transpose", [x], "channels_last", perm=[0, *(2 + a for a in order), 1]
+        )  # (N, A, R1, R2, C)
         if pads[axis] or pads[3 + axis]:
-            source = node("Pad", [source, const("fold_pads", np.array([0, pads[axis], 0, 0, 0, 0, pads[3 + axis], 0, 0, 0], np.int64))], "pad_folded_axis")
-        first, step = const("axis", np.array([1], np.int64)), const("step", np.array([group], np.int64))
+            source = node(
+                "Pad",
+                [
+                    source,
+                    const(
+                        "fold_pads",
+                        np.array([0, pads[axis], 0, 0, 0, 0, pads[3 + axis], 0, 0, 0], np.int64),
+                    ),
+                ],
+                "pad_folded_axis",
+            )
+        first, step = (
+            const("axis", np.array([1], np.int64)),
+            const("step", np.array([group], np.int64)),
+        )
         # Slice i holds input position w*group + i of every window w: (N, windows, R1, R2, C).
-        shifted = [node("Slice", [source, const(f"start{i}", np.array([i], np.int64)), const(f"end{i}", np.array([i + (windows - 1) * group + 1], np.int64)), first, step], f"window{i}")
-                   for i in range(span)]
+        shifted = [
+            node(
+                "Slice",
+                [
+                    source,
+                    const(f"start{i}", np.array([i], np.int64)),
+                    const(f"end{i}", np.array([i + (windows - 1) * group + 1], np.int64)),
+                    first,
+                    step,
+                ],
+                f"window{i}",
+            )
+            for i in range(span)
+        ]
         stacked = node("Concat", shifted, "windows", axis=4)  # channel i*C + c
-        flat = node("Reshape", [stacked, const("shape2d", np.array([-1, *(spatial[a] for a in rest), span * c], np.int64))], "to_2d")
+        flat = node(
+            "Reshape",
+            [
+                stacked,
+                const("shape2d", np.array([-1, *(spatial[a] for a in rest), span * c], np.int64)),
+            ],
+            "to_2d",
+        )
         nchw = node("Transpose", [flat], "to_nchw", perm=[0, 3, 1, 2])
         bias = list(conv.inputs[2:3])
         if group > 1 and bias and bias[0] is not None:
-            bias = [const("bias2d", np.tile(bias[0].const_value.numpy(), group))]  # output j*K + k has bias k
-        conv2d = node("Conv", [nchw, const("weight2d", _window_weight(weight, order, group)), *bias], "2d",
-                      pads=[pads[rest[0]], pads[rest[1]], pads[3 + rest[0]], pads[3 + rest[1]]], kernel_shape=[kr1, kr2])
-        conv2d.producer().name = name  # it stands for the Conv3D: --exclude by the exported name still works
-        nhwc = node("Transpose", [conv2d], "to_nhwc", perm=[0, 2, 3, 1])  # (N*windows, R1o, R2o, group*K)
+            bias = [
+                const("bias2d", np.tile(bias[0].const_value.numpy(), group))
+            ]  # output j*K + k has bias k
+        conv2d = node(
+            "Conv",
+            [nchw, const("weight2d", _window_weight(weight, order, group)), *bias],
+            "2d",
+            pads=[pads[rest[0]], pads[rest[1]], pads[3 + rest[0]], pads[3 + rest[1]]],
+            kernel_shape=[kr1, kr2],
+        )
+        conv2d.producer().name = (
+            name  # it stands for the Conv3D: --exclude by the exported name still works
+        )
+        nhwc = node(
+            "Transpose", [conv2d], "to_nhwc", perm=[0, 2, 3, 1]
+        )  # (N*windows, R1o, R2o, group*K)
         if group > 1:
-            split = node("Reshape", [nhwc, const("shape_groups", np.array([-1, windows, *r_out, group, k], np.int64))], "split_groups")
-            nhwc = node("Transpose", [split], "merge_groups", perm=[0, 1, 4, 2, 3, 5])  # (N, windows, group, R1o, R2o, K)
-        node("Reshape", [nhwc, const("shape3d", np.array([-1, a_out, *r_out, k], np.int64))], "to_3d")  # (N, A, R1, R2, K)
+            split = node(
+                "Reshape",
+                [nhwc, const("shape_groups", np.array([-1, windows, *r_out, group, k], np.int64))],
+                "split_groups",
+            )
+            nhwc = node(
+                "Transpose", [split], "merge_groups", perm=[0, 1, 4, 2, 3, 5]
+            )  # (N, windows, group, R1o, R2o, K)
+        node(
+            "Reshape", [nhwc, const("shape3d", np.array([-1, a_out, *r_out, k], np.int64))], "to_3d"
+        )  # (N, A, R1, R2, K)
         back = [0] * 5  # (N, A, R1, R2, K) -> (N, K, D, H, W)
         back[1] = 4
         for position, a in enumerate(order, start=1):
             back[2 + a] = position
-        result = ir.Node("", "Transpose", [chain.nodes[-1].outputs[0]], attributes=[ir.AttrInt64s("perm", back)], name=f"{name}_channels_first")
+        result = ir.Node(
+            "",
+            "Transpose",
+            [chain.nodes[-1].outputs[0]],
+            attributes=[ir.AttrInt64s("perm", back)],
+            name=f"{name}_channels_first",
+        )
         for made in chain.nodes:
             graph.insert_before(conv, made)
         replace_nodes(graph, [conv], result)
@@ -111,11 +193,13 @@ class FoldConv3DPass(FusionPass):
 def _window_weight(weight: np.ndarray, order: list[int], group: int) -> np.ndarray:
     """2D weights (group*K, span*C, kr1, kr2): output j of a window reads window positions j..j+ka-1."""
     k, c = weight.shape[:2]
-    folded = weight.transpose(0, 2 + order[0], 1, 2 + order[1], 2 + order[2])  # (K, ka, C, kr1, kr2)
+    folded = weight.transpose(
+        0, 2 + order[0], 1, 2 + order[1], 2 + order[2]
+    )  # (K, ka, C, kr1, kr2)
     ka, kernel_2d = folded.shape[1], folded.shape[3:]
     out = np.zeros((group, k, ka + group - 1, c, *kernel_2d), weight.dtype)
     for j in range(group):
-        out[j, :, j:j + ka] = folded
+        out[j, :, j : j + ka] = folded
     return out.reshape(group * k, (ka + group - 1) * c, *kernel_2d)
 
 

@@ -11,7 +11,13 @@ from quantize.passes.rewrite import FusionPass, int_list, uses_auto_pad
 
 def _zero_pad(node: ir.Node) -> np.ndarray | None:
     """The pads (begin..., end...) of a constant-zero Pad with constant pads, else None."""
-    if node is None or node.op_type != "Pad" or len(node.inputs) < 2 or node.inputs[1] is None or node.inputs[1].const_value is None:
+    if (
+        node is None
+        or node.op_type != "Pad"
+        or len(node.inputs) < 2
+        or node.inputs[1] is None
+        or node.inputs[1].const_value is None
+    ):
         return None
     if "mode" in node.attributes and node.attributes["mode"].value != "constant":
         return None
@@ -24,16 +30,29 @@ def _zero_pad(node: ir.Node) -> np.ndarray | None:
 
 
 class FoldPadIntoConvPass(FusionPass):
+    """Moves a constant-zero Pad of the spatial axes into the pads of the Conv that reads it.
+
+    Also through the exporter's NHWC->NCHW Transpose between them; a Pad with other readers,
+    a non-zero value or padding of batch/channel axes stays."""
+
     def match(self, conv: ir.Node) -> tuple[ir.Node, ir.Node | None, list[int]] | None:
         if conv.op_type != "Conv" or uses_auto_pad(conv):
             return None
         source = conv.inputs[0].producer()
         transpose, perm = None, None
-        if source is not None and source.op_type == "Transpose" and len(source.outputs[0].uses()) == 1:
+        if (
+            source is not None
+            and source.op_type == "Transpose"
+            and len(source.outputs[0].uses()) == 1
+        ):
             transpose, perm = source, list(source.attributes["perm"].value)
             source = source.inputs[0].producer()
         pads = _zero_pad(source)
-        if pads is None or len(source.outputs[0].uses()) != 1 or source.outputs[0].is_graph_output():
+        if (
+            pads is None
+            or len(source.outputs[0].uses()) != 1
+            or source.outputs[0].is_graph_output()
+        ):
             return None
         rank = len(pads) // 2
         perm = perm or list(range(rank))

@@ -15,8 +15,6 @@ equal x repeated f times per spatial axis and zero padded.
 """
 
 import numpy as np
-import onnx
-import onnx.numpy_helper
 import onnx_ir as ir
 import onnxruntime as ort
 
@@ -27,24 +25,55 @@ MAX_CHAIN_NODES = 64  # the movement and the shape arithmetic feeding it
 
 
 class FoldUpsampleIntoConvPass(FusionPass):
+    """Replaces nearest upsampling + Conv by one Conv over the small tensor and a pixel shuffle.
+
+    The upsampling is recognised by running it on a probe, so any exporter's spelling matches;
+    exact in FP32."""
+
     def match(self, conv: ir.Node) -> tuple[ir.Value, list[int], list[int], list[int]] | None:
         """(x, factors, pads before, pads after) when the Conv reads x upsampled and zero padded."""
-        if conv.op_type != "Conv" or len(conv.inputs) < 2 or conv.inputs[1] is None or conv.inputs[1].const_value is None:
+        if (
+            conv.op_type != "Conv"
+            or len(conv.inputs) < 2
+            or conv.inputs[1] is None
+            or conv.inputs[1].const_value is None
+        ):
             return None
-        if len(conv.inputs[1].const_value.shape) != 5 or uses_auto_pad(conv) or (len(conv.inputs) > 2 and conv.inputs[2] is not None and conv.inputs[2].const_value is None):
+        if (
+            len(conv.inputs[1].const_value.shape) != 5
+            or uses_auto_pad(conv)
+            or (
+                len(conv.inputs) > 2
+                and conv.inputs[2] is not None
+                and conv.inputs[2].const_value is None
+            )
+        ):
             return None
-        plain = int_list(conv, "strides", [1] * 3) == [1] * 3 and int_list(conv, "dilations", [1] * 3) == [1] * 3
+        plain = (
+            int_list(conv, "strides", [1] * 3) == [1] * 3
+            and int_list(conv, "dilations", [1] * 3) == [1] * 3
+        )
         if not plain or (conv.attributes["group"].value if "group" in conv.attributes else 1) != 1:
             return None
         x = _chain_source(conv.inputs[0])
-        if x is None or x.shape is None or len(x.shape) != 5 or any(not isinstance(d, int) for d in list(x.shape)[1:]):
+        if (
+            x is None
+            or x.shape is None
+            or len(x.shape) != 5
+            or any(not isinstance(d, int) for d in list(x.shape)[1:])
+        ):
             return None
         found = _probe_upsampling(conv.inputs[0], x)
         if found is None or found[0] == [1, 1, 1]:
             return None
         factors, before, after = found
         pads = int_list(conv, "pads", [0] * 6)
-        return x, factors, [b + p for b, p in zip(before, pads[:3])], [a + p for a, p in zip(after, pads[3:])]
+        return (
+            x,
+            factors,
+            [b + p for b, p in zip(before, pads[:3])],
+            [a + p for a, p in zip(after, pads[3:])],
+        )
 
     def rewrite(self, graph: ir.Graph, conv: ir.Node, found) -> None:
         x, factors, before, after = found
@@ -58,18 +87,58 @@ class FoldUpsampleIntoConvPass(FusionPass):
         const, node = chain.const, chain.node
 
         phases = int(np.prod(factors))
-        bias = [const("phase_bias", np.tile(conv.inputs[2].const_value.numpy(), phases))] if len(conv.inputs) > 2 and conv.inputs[2] is not None else []
-        kernel = np.einsum("xet,yfu,zgv,mctuv->xyzmcefg", *(a.taps for a in axes), weight)  # (phases..., K, C, kernel...)
-        phased = node("Conv", [x, const("phase_weight", kernel.reshape(phases * k, c, *kernel.shape[-3:]).astype(weight.dtype)), *bias], "phases",
-                      kernel_shape=[a.kernel for a in axes], pads=[a.pad_before for a in axes] + [a.pad_after for a in axes])
+        bias = (
+            [const("phase_bias", np.tile(conv.inputs[2].const_value.numpy(), phases))]
+            if len(conv.inputs) > 2 and conv.inputs[2] is not None
+            else []
+        )
+        kernel = np.einsum(
+            "xet,yfu,zgv,mctuv->xyzmcefg", *(a.taps for a in axes), weight
+        )  # (phases..., K, C, kernel...)
+        phased = node(
+            "Conv",
+            [
+                x,
+                const(
+                    "phase_weight",
+                    kernel.reshape(phases * k, c, *kernel.shape[-3:]).astype(weight.dtype),
+                ),
+                *bias,
+            ],
+            "phases",
+            kernel_shape=[a.kernel for a in axes],
+            pads=[a.pad_before for a in axes] + [a.pad_after for a in axes],
+        )
         phased.producer().name = name  # it stands for the Conv: --exclude and wide_outputs by the exported name still work
         q = [a.positions for a in axes]
-        split = node("Reshape", [phased, const("phase_split", np.array([-1, *factors, k, *q], np.int64))], "split_phases")
+        split = node(
+            "Reshape",
+            [phased, const("phase_split", np.array([-1, *factors, k, *q], np.int64))],
+            "split_phases",
+        )
         interleaved = node("Transpose", [split], "interleave_phases", perm=[0, 4, 5, 1, 6, 2, 7, 3])
-        merged = node("Reshape", [interleaved, const("phase_merge", np.array([-1, k, *(p * f for p, f in zip(q, factors))], np.int64))], "merge_phases")
+        merged = node(
+            "Reshape",
+            [
+                interleaved,
+                const(
+                    "phase_merge", np.array([-1, k, *(p * f for p, f in zip(q, factors))], np.int64)
+                ),
+            ],
+            "merge_phases",
+        )
         outputs = [a.outputs for a in axes]
-        result = ir.Node("", "Slice", [merged, const("crop_start", np.zeros(3, np.int64)), const("crop_end", np.array(outputs, np.int64)), const("crop_axes", np.array([2, 3, 4], np.int64))],
-                         name=f"{name}_crop")
+        result = ir.Node(
+            "",
+            "Slice",
+            [
+                merged,
+                const("crop_start", np.zeros(3, np.int64)),
+                const("crop_end", np.array(outputs, np.int64)),
+                const("crop_axes", np.array([2, 3, 4], np.int64)),
+            ],
+            name=f"{name}_crop",
+        )
         for made in chain.nodes:
             graph.insert_before(conv, made)
         replace_nodes(graph, [conv], result)
@@ -83,7 +152,9 @@ class _PhaseAxis:
         low, high = -before // factor, (factor - 1 + taps - 1 - before) // factor
         self.kernel = high - low + 1
         self.pad_before = -low
-        needed = -(-self.outputs // factor)  # positions per phase; any beyond are cropped after the shuffle
+        needed = -(
+            -self.outputs // factor
+        )  # positions per phase; any beyond are cropped after the shuffle
         self.pad_after = max(0, needed - size - self.pad_before + self.kernel - 1)
         self.positions = size + self.pad_before + self.pad_after - self.kernel + 1
         # taps[phi, e, t]: original tap t of output phase phi lands on x position q + low + e
@@ -107,11 +178,17 @@ def _probe_upsampling(end: ir.Value, x: ir.Value) -> tuple[list[int], list[int],
     model = _subgraph(end, x)
     if model is None:
         return None
-    probe = (1 + np.arange(2 * int(np.prod(x.shape[1:])), dtype=np.float32)).reshape(2, *x.shape[1:])  # two: a chain must not mix the batch
+    probe = (1 + np.arange(2 * int(np.prod(x.shape[1:])), dtype=np.float32)).reshape(
+        2, *x.shape[1:]
+    )  # two: a chain must not mix the batch
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     try:
-        got = ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"]).run(None, {x.name: probe})[0]
+        got = ort.InferenceSession(
+            ir.serde.serialize_model(model).SerializeToString(),
+            options,
+            providers=["CPUExecutionProvider"],
+        ).run(None, {x.name: probe})[0]
     except Exception:  # noqa: BLE001 - a chain ORT cannot run on its own is simply not folded
         return None
     if got.ndim != 5 or got.shape[:2] != probe.shape[:2]:
@@ -131,16 +208,17 @@ def _probe_upsampling(end: ir.Value, x: ir.Value) -> tuple[list[int], list[int],
     return (factors, before, after) if np.array_equal(got, expected) else None
 
 
-def _subgraph(end: ir.Value, x: ir.Value) -> onnx.ModelProto | None:
-    """The nodes computing `end` from x and constants, as a model; None if it needs more."""
-    nodes, initializers, pending, seen = [], {}, [end], set()
+def _subgraph(end: ir.Value, x: ir.Value) -> ir.Model | None:
+    """The nodes computing `end` from x and constants, copied into a model of their own; None
+    if it needs more."""
+    nodes, constants, pending, seen = [], {}, [end], set()
     while pending:
         value = pending.pop()
         if value is x or value.name in seen:
             continue
         seen.add(value.name)
         if value.const_value is not None:
-            initializers[value.name] = value.const_value
+            constants[value.name] = value.const_value
             continue
         producer = value.producer()
         if producer is None or len(nodes) >= MAX_CHAIN_NODES:
@@ -148,12 +226,45 @@ def _subgraph(end: ir.Value, x: ir.Value) -> onnx.ModelProto | None:
         if producer not in nodes:
             nodes.append(producer)
             pending += [v for v in producer.inputs if v is not None]
-    graph = onnx.helper.make_graph(
-        [ir.serde.serialize_node(n) for n in _topological(nodes, {x.name, *initializers})], "probe",
-        [onnx.helper.make_tensor_value_info(x.name, onnx.TensorProto.FLOAT, ["N", *x.shape[1:]])],
-        [onnx.helper.make_tensor_value_info(end.name, onnx.TensorProto.FLOAT, None)],
-        [onnx.numpy_helper.from_array(t.numpy(), name) for name, t in initializers.items()])
-    return onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 17)])
+    copies = {
+        x.name: ir.Value(
+            name=x.name, shape=ir.Shape(["N", *x.shape[1:]]), type=ir.TensorType(ir.DataType.FLOAT)
+        )
+    }
+    initializers = []
+    for name, tensor in constants.items():
+        copies[name] = ir.Value(
+            name=name,
+            shape=ir.Shape(tensor.shape),
+            type=ir.TensorType(tensor.dtype),
+            const_value=tensor,
+        )
+        initializers.append(copies[name])
+    copied_nodes = []
+    for node in _topological(nodes, {x.name, *constants}):
+        inputs = [None if v is None else copies[v.name] for v in node.inputs]
+        copy = ir.Node(
+            node.domain,
+            node.op_type,
+            inputs,
+            attributes=list(node.attributes.values()),
+            num_outputs=len(node.outputs),
+            name=node.name,
+        )
+        for old, new in zip(node.outputs, copy.outputs):
+            new.name = old.name
+            copies[old.name] = new
+        copied_nodes.append(copy)
+    copies[end.name].type = ir.TensorType(ir.DataType.FLOAT)
+    graph = ir.Graph(
+        [copies[x.name]],
+        [copies[end.name]],
+        nodes=copied_nodes,
+        initializers=initializers,
+        opset_imports={"": 17},
+        name="probe",
+    )
+    return ir.Model(graph, ir_version=8)
 
 
 def _topological(nodes: list[ir.Node], available: set[str]) -> list[ir.Node]:

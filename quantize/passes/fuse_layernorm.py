@@ -21,6 +21,10 @@ MIN_OPSET = 17
 
 
 class FuseLayerNormPass(FusionPass):
+    """Replaces the decomposed LayerNorm that tf2onnx writes by one LayerNormalization.
+
+    Only at opset >= 17, over the last axis, with constant gamma, beta and epsilon."""
+
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         if model.opset_imports.get("", 0) < MIN_OPSET:
             return ir.passes.PassResult(model, modified=False)
@@ -45,24 +49,69 @@ class FuseLayerNormPass(FusionPass):
         scale = reciprocal and _only_user(reciprocal.outputs[0], "Mul")
         if scale is None or not _is_last_axis_mean(variance):
             return None
-        eps, gamma = _other_constant(add_eps, variance.outputs[0]), _other_constant(scale, reciprocal.outputs[0])
+        eps, gamma = (
+            _other_constant(add_eps, variance.outputs[0]),
+            _other_constant(scale, reciprocal.outputs[0]),
+        )
         scale_users = [u for u, _ in scale.outputs[0].uses()]
         x_scaled = next((u for u in scale_users if u.op_type == "Mul" and x in u.inputs), None)
-        shift_scaled = next((u for u in scale_users if u.op_type == "Mul" and neg.outputs[0] in u.inputs), None)
-        if eps is None or gamma is None or x_scaled is None or shift_scaled is None or len(scale_users) != 2:
+        shift_scaled = next(
+            (u for u in scale_users if u.op_type == "Mul" and neg.outputs[0] in u.inputs), None
+        )
+        if (
+            eps is None
+            or gamma is None
+            or x_scaled is None
+            or shift_scaled is None
+            or len(scale_users) != 2
+        ):
             return None
         add_beta = _only_user(shift_scaled.outputs[0], "Add")
-        if add_beta is not None and set(add_beta.inputs) == {x_scaled.outputs[0], shift_scaled.outputs[0]}:
-            add_beta, beta, final = None, np.zeros_like(gamma), add_beta  # beta = 0: the exporter dropped its Add
+        if add_beta is not None and set(add_beta.inputs) == {
+            x_scaled.outputs[0],
+            shift_scaled.outputs[0],
+        }:
+            add_beta, beta, final = (
+                None,
+                np.zeros_like(gamma),
+                add_beta,
+            )  # beta = 0: the exporter dropped its Add
         else:
             beta = add_beta and _other_constant(add_beta, shift_scaled.outputs[0])
             final = add_beta and _only_user(add_beta.outputs[0], "Add")
-            if beta is None or final is None or set(final.inputs) != {x_scaled.outputs[0], add_beta.outputs[0]}:
+            if (
+                beta is None
+                or final is None
+                or set(final.inputs) != {x_scaled.outputs[0], add_beta.outputs[0]}
+            ):
                 return None
         width = x.shape[-1]
-        if not isinstance(width, int) or gamma.size != width or beta.size != width or len(mean.outputs[0].uses()) != 2:
+        if (
+            not isinstance(width, int)
+            or gamma.size != width
+            or beta.size != width
+            or len(mean.outputs[0].uses()) != 2
+        ):
             return None
-        nodes = [n for n in (mean, neg, sub, square, variance, add_eps, sqrt, reciprocal, scale, x_scaled, shift_scaled, add_beta, final) if n is not None]
+        nodes = [
+            n
+            for n in (
+                mean,
+                neg,
+                sub,
+                square,
+                variance,
+                add_eps,
+                sqrt,
+                reciprocal,
+                scale,
+                x_scaled,
+                shift_scaled,
+                add_beta,
+                final,
+            )
+            if n is not None
+        ]
         if any(v.is_graph_output() for n in nodes[:-1] for v in n.outputs):
             return None
         return nodes, float(eps.reshape(-1)[0]), gamma.reshape(-1), beta.reshape(-1)
@@ -72,8 +121,13 @@ class FuseLayerNormPass(FusionPass):
         name = mean.name.rsplit("/", 2)[0] if "/" in mean.name else mean.name
         gamma_value = add_initializer(graph, f"{name}_gamma", gamma.astype(np.float32))
         beta_value = add_initializer(graph, f"{name}_beta", beta.astype(np.float32))
-        norm = ir.Node("", "LayerNormalization", [mean.inputs[0], gamma_value, beta_value],
-                       attributes=[ir.AttrInt64("axis", -1), ir.AttrFloat32("epsilon", eps)], name=f"{name}_LayerNormalization")
+        norm = ir.Node(
+            "",
+            "LayerNormalization",
+            [mean.inputs[0], gamma_value, beta_value],
+            attributes=[ir.AttrInt64("axis", -1), ir.AttrFloat32("epsilon", eps)],
+            name=f"{name}_LayerNormalization",
+        )
         replace_nodes(graph, nodes, norm)
 
 
@@ -86,7 +140,11 @@ def _is_last_axis_mean(node: ir.Node) -> bool:
     keepdims = node.attributes["keepdims"].value if "keepdims" in node.attributes else 1
     if "axes" in node.attributes:
         axes = list(node.attributes["axes"].value)
-    elif len(node.inputs) > 1 and node.inputs[1] is not None and node.inputs[1].const_value is not None:
+    elif (
+        len(node.inputs) > 1
+        and node.inputs[1] is not None
+        and node.inputs[1].const_value is not None
+    ):
         axes = node.inputs[1].const_value.numpy().reshape(-1).tolist()
     else:
         return False
@@ -107,4 +165,6 @@ def _other_constant(node: ir.Node, value: ir.Value) -> np.ndarray | None:
     if len(node.inputs) != 2 or value not in node.inputs:
         return None
     other = node.inputs[1] if node.inputs[0] is value else node.inputs[0]
-    return other.const_value.numpy() if other is not None and other.const_value is not None else None
+    return (
+        other.const_value.numpy() if other is not None and other.const_value is not None else None
+    )

@@ -11,7 +11,13 @@ import onnx_ir as ir
 from quantize.passes.rewrite import add_initializer
 from quantize.plan import QuantPlan
 from quantize.policy import FLOAT_OUTPUT_FUSIONS, RULES, is_float
-from quantize.qparams import activation_qparams, bias_weight_scale_floor, quantize_bias, quantize_constant, quantize_weight
+from quantize.qparams import (
+    activation_qparams,
+    bias_weight_scale_floor,
+    quantize_bias,
+    quantize_constant,
+    quantize_weight,
+)
 
 # ORT's WeightBiasQuantization rounds the float weight of these ops to per-tensor full-range int8
 # when their input comes from a DequantizeLinear with one scale: an FP32 node of this kind reads a
@@ -20,6 +26,12 @@ WEIGHT_QUANTIZED_BY_ORT = {"Conv", "ConvTranspose", "Gemm"}
 
 
 class InsertQDQPass(ir.passes.InPlacePass):
+    """Carries out a QuantPlan: uint8 Q/DQ pairs on the planned nodes' activations, int8
+    per-channel weights within the plan's weight range, int32 biases.
+
+    Precondition: every planned activation has a range. FP32 Convs and Gemms that share a
+    quantized weight get their own per-channel DequantizeLinear."""
+
     def __init__(self, plan: QuantPlan):
         super().__init__()
         self.plan = plan
@@ -48,10 +60,18 @@ class InsertQDQPass(ir.passes.InPlacePass):
     def ensures(self, model: ir.Model) -> None:
         for node in model.graph:
             rule = RULES.get(node.op_type)
-            if node.name in self.plan.nodes and rule.weight is not None and len(node.inputs) > rule.weight:
+            if (
+                node.name in self.plan.nodes
+                and rule.weight is not None
+                and len(node.inputs) > rule.weight
+            ):
                 producer = node.inputs[rule.weight].producer()
-                if node.op_type != "MatMul" and (producer is None or producer.op_type != "DequantizeLinear"):
-                    raise ir.passes.PostconditionError(f"{node.name}: weight is not dequantized int8")
+                if node.op_type != "MatMul" and (
+                    producer is None or producer.op_type != "DequantizeLinear"
+                ):
+                    raise ir.passes.PostconditionError(
+                        f"{node.name}: weight is not dequantized int8"
+                    )
 
     def _quantize_inputs(self, graph: ir.Graph, node: ir.Node) -> None:
         rule = RULES[node.op_type]
@@ -67,13 +87,26 @@ class InsertQDQPass(ir.passes.InPlacePass):
                     node.replace_input_with(index, bias)
             elif index in rule.activations and is_float(value) and value.name in self.plan.ranges:
                 node.replace_input_with(index, self._qdq(graph, value))
-            elif index in rule.activations and rule.constant_operands and is_float(value) and value.const_value is not None:
+            elif (
+                index in rule.activations
+                and rule.constant_operands
+                and is_float(value)
+                and value.const_value is not None
+            ):
                 q, scale, zero_point = quantize_constant(value.const_value.numpy())
-                node.replace_input_with(index, self._dequantize_constant(graph, f"{node.name}_operand{index}", q, scale, zero_point, None, value))
+                node.replace_input_with(
+                    index,
+                    self._dequantize_constant(
+                        graph, f"{node.name}_operand{index}", q, scale, zero_point, None, value
+                    ),
+                )
 
     def _read_quantized(self, value: ir.Value) -> bool:
         """Does a planned node read `value` as a quantized activation?"""
-        return any(user.name in self.plan.nodes and index in RULES[user.op_type].activations for user, index in value.uses())
+        return any(
+            user.name in self.plan.nodes and index in RULES[user.op_type].activations
+            for user, index in value.uses()
+        )
 
     def _route_through_qdq(self, graph: ir.Graph, value: ir.Value) -> None:
         dequantized = self._qdq(graph, value)
@@ -83,19 +116,43 @@ class InsertQDQPass(ir.passes.InPlacePass):
                 user.replace_input_with(index, dequantized)
 
     def _shield_fp32_readers(self, graph: ir.Graph, name: str, dequantized: ir.Value) -> None:
-        readers = [user for user, index in dequantized.uses() if index == 0 and user.op_type in WEIGHT_QUANTIZED_BY_ORT
-                   and user.name not in self.plan.nodes and len(user.inputs) > 1 and user.inputs[1] is not None
-                   and user.inputs[1].const_value is not None]
-        channels = dequantized.shape[1] if dequantized.shape is not None and len(dequantized.shape) > 1 else None
+        readers = [
+            user
+            for user, index in dequantized.uses()
+            if index == 0
+            and user.op_type in WEIGHT_QUANTIZED_BY_ORT
+            and user.name not in self.plan.nodes
+            and len(user.inputs) > 1
+            and user.inputs[1] is not None
+            and user.inputs[1].const_value is not None
+        ]
+        channels = (
+            dequantized.shape[1]
+            if dequantized.shape is not None and len(dequantized.shape) > 1
+            else None
+        )
         if not readers or not isinstance(channels, int) or channels < 2:
             return
         dq = dequantized.producer()
         scale, zero_point = (v.const_value.numpy() for v in dq.inputs[1:])
-        per_channel = ir.Node("", "DequantizeLinear", [dq.inputs[0], add_initializer(graph, f"{name}_scale_per_channel", np.full(channels, scale)),
-                                                        add_initializer(graph, f"{name}_zero_point_per_channel", np.full(channels, zero_point))],
-                              attributes=[ir.AttrInt64("axis", 1)], name=f"{name}_DequantizeLinear_per_channel")
+        per_channel = ir.Node(
+            "",
+            "DequantizeLinear",
+            [
+                dq.inputs[0],
+                add_initializer(graph, f"{name}_scale_per_channel", np.full(channels, scale)),
+                add_initializer(
+                    graph, f"{name}_zero_point_per_channel", np.full(channels, zero_point)
+                ),
+            ],
+            attributes=[ir.AttrInt64("axis", 1)],
+            name=f"{name}_DequantizeLinear_per_channel",
+        )
         per_channel.outputs[0].name = f"{name}_dequantized_per_channel"
-        per_channel.outputs[0].type, per_channel.outputs[0].shape = dequantized.type, dequantized.shape
+        per_channel.outputs[0].type, per_channel.outputs[0].shape = (
+            dequantized.type,
+            dequantized.shape,
+        )
         graph.insert_after(dq, per_channel)
         for reader in readers:
             reader.replace_input_with(0, per_channel.outputs[0])
@@ -118,8 +175,13 @@ class InsertQDQPass(ir.passes.InPlacePass):
         s = add_initializer(graph, f"{value.name}_scale", scale)
         z = add_initializer(graph, f"{value.name}_zero_point", zero_point)
         q = ir.Node("", "QuantizeLinear", [value, s, z], name=f"{value.name}_QuantizeLinear")
-        dq = ir.Node("", "DequantizeLinear", [q.outputs[0], s, z], name=f"{value.name}_DequantizeLinear")
-        q.outputs[0].name, dq.outputs[0].name = f"{value.name}_quantized", f"{value.name}_dequantized"
+        dq = ir.Node(
+            "", "DequantizeLinear", [q.outputs[0], s, z], name=f"{value.name}_DequantizeLinear"
+        )
+        q.outputs[0].name, dq.outputs[0].name = (
+            f"{value.name}_quantized",
+            f"{value.name}_dequantized",
+        )
         dq.outputs[0].type, dq.outputs[0].shape = value.type, value.shape
         producer = value.producer()
         if producer is None:
@@ -129,37 +191,74 @@ class InsertQDQPass(ir.passes.InPlacePass):
         self._dequantized[value.name] = dq.outputs[0]
         return dq.outputs[0]
 
-    def _weight(self, graph: ir.Graph, node: ir.Node, value: ir.Value, source: ir.Value) -> ir.Value:
+    def _weight(
+        self, graph: ir.Graph, node: ir.Node, value: ir.Value, source: ir.Value
+    ) -> ir.Value:
         weight = value.const_value.numpy()
         axis = weight_channel_axis(node, weight)
-        q, scale = quantize_weight(weight, axis, self.plan.weight_qmax, self._bias_floor(node, weight, axis, source))
+        q, scale = quantize_weight(
+            weight, axis, self.plan.weight_qmax, self._bias_floor(node, weight, axis, source)
+        )
         self._weight_scales[node.name] = scale
-        return self._dequantize_constant(graph, f"{node.name}_weight", q, scale, np.zeros_like(scale, np.int8), axis, value)
+        return self._dequantize_constant(
+            graph, f"{node.name}_weight", q, scale, np.zeros_like(scale, np.int8), axis, value
+        )
 
-    def _bias_floor(self, node: ir.Node, weight: np.ndarray, axis: int | None, source: ir.Value) -> np.ndarray | float:
+    def _bias_floor(
+        self, node: ir.Node, weight: np.ndarray, axis: int | None, source: ir.Value
+    ) -> np.ndarray | float:
         """A weight scale small enough to overflow the int32 bias widens instead (a weak input
         under a large bias: the bias dominates the output anyway)."""
         index = RULES[node.op_type].bias
-        if index is None or len(node.inputs) <= index or node.inputs[index] is None or node.inputs[index].const_value is None \
-                or source is None or source.name not in self.plan.ranges:
+        if (
+            index is None
+            or len(node.inputs) <= index
+            or node.inputs[index] is None
+            or node.inputs[index].const_value is None
+            or source is None
+            or source.name not in self.plan.ranges
+        ):
             return 0.0
-        floor = bias_weight_scale_floor(node.inputs[index].const_value.numpy(), activation_qparams(*self.plan.ranges[source.name])[0])
-        return floor if axis is not None and floor.shape == (weight.shape[axis],) else float(floor.max(initial=0.0))
+        floor = bias_weight_scale_floor(
+            node.inputs[index].const_value.numpy(),
+            activation_qparams(*self.plan.ranges[source.name])[0],
+        )
+        return (
+            floor
+            if axis is not None and floor.shape == (weight.shape[axis],)
+            else float(floor.max(initial=0.0))
+        )
 
-    def _bias(self, graph: ir.Graph, node: ir.Node, value: ir.Value, source: ir.Value) -> ir.Value | None:
+    def _bias(
+        self, graph: ir.Graph, node: ir.Node, value: ir.Value, source: ir.Value
+    ) -> ir.Value | None:
         bias = value.const_value.numpy()
         weight_scale = self._weight_scales.get(node.name)
-        if weight_scale is None or bias.ndim != 1 or weight_scale.size != bias.size or source.name not in self.plan.ranges:
+        if (
+            weight_scale is None
+            or bias.ndim != 1
+            or weight_scale.size != bias.size
+            or source.name not in self.plan.ranges
+        ):
             return None
         input_scale, _ = activation_qparams(*self.plan.ranges[source.name])
         q, scale = quantize_bias(bias, input_scale, weight_scale)
-        return self._dequantize_constant(graph, f"{node.name}_bias", q, scale, np.zeros_like(scale, np.int32), 0, value)
+        return self._dequantize_constant(
+            graph, f"{node.name}_bias", q, scale, np.zeros_like(scale, np.int32), 0, value
+        )
 
-    def _dequantize_constant(self, graph, name, q, scale, zero_point, axis, like: ir.Value) -> ir.Value:
-        inputs = [add_initializer(graph, f"{name}_quantized", q), add_initializer(graph, f"{name}_scale", scale),
-                  add_initializer(graph, f"{name}_zero_point", zero_point)]
+    def _dequantize_constant(
+        self, graph, name, q, scale, zero_point, axis, like: ir.Value
+    ) -> ir.Value:
+        inputs = [
+            add_initializer(graph, f"{name}_quantized", q),
+            add_initializer(graph, f"{name}_scale", scale),
+            add_initializer(graph, f"{name}_zero_point", zero_point),
+        ]
         attributes = [ir.AttrInt64("axis", axis)] if axis is not None and np.size(scale) > 1 else []
-        dq = ir.Node("", "DequantizeLinear", inputs, attributes=attributes, name=f"{name}_DequantizeLinear")
+        dq = ir.Node(
+            "", "DequantizeLinear", inputs, attributes=attributes, name=f"{name}_DequantizeLinear"
+        )
         dq.outputs[0].name = f"{name}_dequantized"
         dq.outputs[0].type, dq.outputs[0].shape = like.type, like.shape
         graph.insert_before(graph.node(0), dq)

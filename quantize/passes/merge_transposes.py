@@ -12,11 +12,19 @@ def _perm(node: ir.Node | None) -> list[int] | None:
 
 
 class MergeTransposesPass(FusionPass):
+    """Merges Transpose -> Transpose into one Transpose, or removes both when they cancel.
+
+    Only when the first Transpose's output has no other reader."""
+
     def match(self, outer: ir.Node) -> ir.Node | None:
         q = _perm(outer)
         inner = outer.inputs[0].producer() if q is not None else None
         p = _perm(inner)
-        return inner if p is not None and len(p) == len(q) and len(inner.outputs[0].uses()) == 1 else None
+        return (
+            inner
+            if p is not None and len(p) == len(q) and len(inner.outputs[0].uses()) == 1
+            else None
+        )
 
     def rewrite(self, graph: ir.Graph, outer: ir.Node, inner: ir.Node) -> None:
         p, q = _perm(inner), _perm(outer)

@@ -24,6 +24,9 @@ RESIDUAL_ZERO_POINT = 128
 
 
 class ResidualInputPass(ir.passes.InPlacePass):
+    """For each Conv in the plan's `residual` set, adds a second QLinearConv on the rounding
+    residual of its input (see the module docstring); its output is read in float only."""
+
     def __init__(self, plan: QuantPlan):
         super().__init__()
         self.plan = plan
@@ -31,7 +34,9 @@ class ResidualInputPass(ir.passes.InPlacePass):
     def requires(self, model: ir.Model) -> None:
         for conv in self._refined(model):
             if conv.op_type != "Conv":
-                raise ir.passes.PreconditionError(f"{conv.name}: only a Conv input can be refined, not {conv.op_type}")
+                raise ir.passes.PreconditionError(
+                    f"{conv.name}: only a Conv input can be refined, not {conv.op_type}"
+                )
             _input_chain(conv)
             read_by_fp32_only(conv, self.plan.nodes)
 
@@ -48,27 +53,59 @@ class ResidualInputPass(ir.passes.InPlacePass):
         source, chain = _input_chain(conv)
         name = conv.name
         step, zero_point = (v.const_value.numpy() for v in source.inputs[1:])
-        dequantized = next(user for user, _ in source.outputs[0].uses() if user.op_type == "DequantizeLinear")
-        residual = ir.Node("", "Sub", [source.inputs[0], dequantized.outputs[0]], name=f"{name}_input_residual")
-        fine = (add_initializer(graph, f"{name}_residual_scale", (step / RESIDUAL_LEVELS).astype(np.float32)),
-                add_initializer(graph, f"{name}_residual_zero_point", np.uint8(RESIDUAL_ZERO_POINT)))
+        dequantized = next(
+            user for user, _ in source.outputs[0].uses() if user.op_type == "DequantizeLinear"
+        )
+        residual = ir.Node(
+            "", "Sub", [source.inputs[0], dequantized.outputs[0]], name=f"{name}_input_residual"
+        )
+        fine = (
+            add_initializer(
+                graph, f"{name}_residual_scale", (step / RESIDUAL_LEVELS).astype(np.float32)
+            ),
+            add_initializer(graph, f"{name}_residual_zero_point", np.uint8(RESIDUAL_ZERO_POINT)),
+        )
         copies = {source.inputs[0]: residual.outputs[0]}
         new_nodes = [residual]
         for node in chain:
             inputs = [copies.get(v, v) for v in node.inputs]
             if node.op_type in ("QuantizeLinear", "DequantizeLinear"):
                 inputs[1:] = fine
-            copy = ir.Node(node.domain, node.op_type, inputs, attributes=list(node.attributes.values()), name=f"{node.name}_residual")
+            copy = ir.Node(
+                node.domain,
+                node.op_type,
+                inputs,
+                attributes=list(node.attributes.values()),
+                name=f"{node.name}_residual",
+            )
             copies[node.outputs[0]] = copy.outputs[0]
             new_nodes.append(copy)
         weight = conv.inputs[1]
-        residual_conv = ir.Node("", "Conv", [copies[conv.inputs[0]], weight], attributes=list(conv.attributes.values()), name=f"{name}_residual")
-        bound = float(np.max(_abs_weight_sums(weight.producer())) * (RESIDUAL_LEVELS // 2) * step / RESIDUAL_LEVELS)
+        residual_conv = ir.Node(
+            "",
+            "Conv",
+            [copies[conv.inputs[0]], weight],
+            attributes=list(conv.attributes.values()),
+            name=f"{name}_residual",
+        )
+        bound = float(
+            np.max(_abs_weight_sums(weight.producer()))
+            * (RESIDUAL_LEVELS // 2)
+            * step
+            / RESIDUAL_LEVELS
+        )
         out_scale, out_zero_point = activation_qparams(-bound, bound)
         s = add_initializer(graph, f"{name}_residual_output_scale", out_scale)
         z = add_initializer(graph, f"{name}_residual_output_zero_point", out_zero_point)
-        q = ir.Node("", "QuantizeLinear", [residual_conv.outputs[0], s, z], name=f"{name}_residual_QuantizeLinear")
-        dq = ir.Node("", "DequantizeLinear", [q.outputs[0], s, z], name=f"{name}_residual_DequantizeLinear")
+        q = ir.Node(
+            "",
+            "QuantizeLinear",
+            [residual_conv.outputs[0], s, z],
+            name=f"{name}_residual_QuantizeLinear",
+        )
+        dq = ir.Node(
+            "", "DequantizeLinear", [q.outputs[0], s, z], name=f"{name}_residual_DequantizeLinear"
+        )
         output = dequantized_output(conv).outputs[0]
         total = ir.Node("", "Add", [output, dq.outputs[0]], name=f"{name}_with_residual")
         new_nodes += [residual_conv, q, dq, total]
@@ -87,21 +124,39 @@ def _input_chain(conv: ir.Node) -> tuple[ir.Node, list[ir.Node]]:
     source, chain, pending = None, set(), [conv.inputs[0]]
     while pending:
         dequantize = pending.pop().producer()
-        quantize = dequantize.inputs[0].producer() if dequantize is not None and dequantize.op_type == "DequantizeLinear" else None
+        quantize = (
+            dequantize.inputs[0].producer()
+            if dequantize is not None and dequantize.op_type == "DequantizeLinear"
+            else None
+        )
         if quantize is None or quantize.op_type != "QuantizeLinear":
-            raise ir.passes.PreconditionError(f"{conv.name}: its input is not a dequantized uint8 tensor")
+            raise ir.passes.PreconditionError(
+                f"{conv.name}: its input is not a dequantized uint8 tensor"
+            )
         chain |= {dequantize, quantize}
         mover = quantize.inputs[0].producer()
-        if mover is not None and mover.op_type in RULES and (RULES[mover.op_type].same_range or mover.op_type == "Concat"):
+        if (
+            mover is not None
+            and mover.op_type in RULES
+            and (RULES[mover.op_type].same_range or mover.op_type == "Concat")
+        ):
             chain.add(mover)
-            pending += [v for v in mover.inputs[:len(mover.inputs) if mover.op_type == "Concat" else 1]]
+            pending += list(mover.inputs[: len(mover.inputs) if mover.op_type == "Concat" else 1])
         elif source not in (None, quantize):
-            raise ir.passes.PreconditionError(f"{conv.name}: its input is moved from more than one quantized tensor")
+            raise ir.passes.PreconditionError(
+                f"{conv.name}: its input is moved from more than one quantized tensor"
+            )
         else:
             source = quantize
-    scales = {(float(n.inputs[1].const_value.numpy()), int(n.inputs[2].const_value.numpy())) for n in chain if n.op_type.endswith("Linear")}
+    scales = {
+        (float(n.inputs[1].const_value.numpy()), int(n.inputs[2].const_value.numpy()))
+        for n in chain
+        if n.op_type.endswith("Linear")
+    }
     if len(scales) != 1:
-        raise ir.passes.PreconditionError(f"{conv.name}: its input's data movement changes the uint8 scale")
+        raise ir.passes.PreconditionError(
+            f"{conv.name}: its input's data movement changes the uint8 scale"
+        )
     return source, [node for node in conv.graph if node in chain]
 
 

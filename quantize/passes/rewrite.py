@@ -24,7 +24,11 @@ def replace_nodes(graph: ir.Graph, old: list[ir.Node], new: ir.Node) -> None:
     """Put `new` in place of the chain `old`; it takes over the last node's output and name."""
     last = old[-1].outputs[0]
     graph.insert_after(old[-1], new)
-    new.outputs[0].name, new.outputs[0].type, new.outputs[0].shape = last.name, last.type, last.shape
+    new.outputs[0].name, new.outputs[0].type, new.outputs[0].shape = (
+        last.name,
+        last.type,
+        last.shape,
+    )
     last.name = None
     ir.convenience.replace_all_uses_with(last, new.outputs[0], replace_graph_outputs=True)
     graph.remove(old, safe=True)
@@ -40,7 +44,10 @@ class NodeChain:
         return add_initializer(self.graph, f"{self.name}_{suffix}", np.asarray(array))
 
     def node(self, op: str, inputs: list, suffix: str, **attributes) -> ir.Value:
-        attrs = [ir.AttrInt64s(key, v) if isinstance(v, list) else ir.AttrInt64(key, v) for key, v in attributes.items()]
+        attrs = [
+            ir.AttrInt64s(key, v) if isinstance(v, list) else ir.AttrInt64(key, v)
+            for key, v in attributes.items()
+        ]
         made = ir.Node("", op, inputs, attributes=attrs, name=f"{self.name}_{suffix}")
         self.nodes.append(made)
         return made.outputs[0]
@@ -52,7 +59,9 @@ def read_by_fp32_only(node: ir.Node, planned: set[str]) -> ir.Value:
     output = dequantized_output(node).outputs[0]
     readers = [user.name for user, _ in output.uses() if user.name in planned]
     if readers or output.is_graph_output():
-        raise ir.passes.PreconditionError(f"{node.name}: its output must be read by FP32 ops only, not {readers or 'the graph output'}")
+        raise ir.passes.PreconditionError(
+            f"{node.name}: its output must be read by FP32 ops only, not {readers or 'the graph output'}"
+        )
     return output
 
 
@@ -60,10 +69,14 @@ def dequantized_output(node: ir.Node) -> ir.Node:
     """The DequantizeLinear of the Q -> DQ pair that InsertQDQPass put on a node's output."""
     users = [user for user, _ in node.outputs[0].uses()]
     if len(users) != 1 or users[0].op_type != "QuantizeLinear":
-        raise ir.passes.PreconditionError(f"{node.name}: its output is not quantized by one QuantizeLinear")
+        raise ir.passes.PreconditionError(
+            f"{node.name}: its output is not quantized by one QuantizeLinear"
+        )
     dequantizers = [user for user, _ in users[0].outputs[0].uses()]
     if len(dequantizers) != 1 or dequantizers[0].op_type != "DequantizeLinear":
-        raise ir.passes.PreconditionError(f"{node.name}: its quantized output is not read by one DequantizeLinear")
+        raise ir.passes.PreconditionError(
+            f"{node.name}: its quantized output is not read by one DequantizeLinear"
+        )
     return dequantizers[0]
 
 

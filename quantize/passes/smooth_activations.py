@@ -25,10 +25,20 @@ def weight_gemm_readers(value: ir.Value) -> list[ir.Node]:
     """MatMul/Gemm nodes that read `value` as their input A against a constant weight B."""
     readers = []
     for user, index in value.uses():
-        transposed_a = user.op_type == "Gemm" and "transA" in user.attributes and user.attributes["transA"].value
+        transposed_a = (
+            user.op_type == "Gemm"
+            and "transA" in user.attributes
+            and user.attributes["transA"].value
+        )
         weight = user.inputs[1] if len(user.inputs) > 1 else None
-        if user.op_type in ("MatMul", "Gemm") and index == 0 and not transposed_a and weight is not None and weight.const_value is not None \
-                and len(weight.const_value.shape) == 2:
+        if (
+            user.op_type in ("MatMul", "Gemm")
+            and index == 0
+            and not transposed_a
+            and weight is not None
+            and weight.const_value is not None
+            and len(weight.const_value.shape) == 2
+        ):
             readers.append(user)
     return readers
 
@@ -36,7 +46,9 @@ def weight_gemm_readers(value: ir.Value) -> list[ir.Node]:
 def weight_rows(gemm: ir.Node) -> np.ndarray:
     """The weight as (input channels, output channels)."""
     w = gemm.inputs[1].const_value.numpy()
-    transposed = gemm.op_type == "Gemm" and "transB" in gemm.attributes and gemm.attributes["transB"].value
+    transposed = (
+        gemm.op_type == "Gemm" and "transB" in gemm.attributes and gemm.attributes["transB"].value
+    )
     return w.T if transposed else w
 
 
@@ -46,13 +58,20 @@ def is_gelu(node: ir.Node) -> bool:
         return True
     frontier = [node]
     for _ in range(GELU_DEPTH):
-        frontier = [p for n in frontier for v in n.inputs if v is not None and (p := v.producer()) is not None]
+        frontier = [
+            p
+            for n in frontier
+            for v in n.inputs
+            if v is not None and (p := v.producer()) is not None
+        ]
         if any(n.op_type in ("Erf", "Tanh") for n in frontier):
             return node.op_type == "Mul"
     return False
 
 
-def smoothing_scales(model: ir.Model, activation_absmax: dict[str, np.ndarray], alpha: float) -> dict[str, np.ndarray]:
+def smoothing_scales(
+    model: ir.Model, activation_absmax: dict[str, np.ndarray], alpha: float
+) -> dict[str, np.ndarray]:
     """s per channel for every LayerNormalization or GELU output in `activation_absmax` that
     weight GEMMs read and that has outlier channels (without them, smoothing only makes the
     weights harder to quantize; after the translator's ReLU it cost BLEU, after MiniLM's GELU it
@@ -63,16 +82,26 @@ def smoothing_scales(model: ir.Model, activation_absmax: dict[str, np.ndarray], 
     for name, a in activation_absmax.items():
         readers = weight_gemm_readers(values[name]) if name in values else []
         producer = values[name].producer() if name in values else None
-        if not readers or producer is None or not (producer.op_type == "LayerNormalization" or is_gelu(producer)) \
-                or a.max() < OUTLIER_RATIO * np.median(a):
+        if (
+            not readers
+            or producer is None
+            or not (producer.op_type == "LayerNormalization" or is_gelu(producer))
+            or a.max() < OUTLIER_RATIO * np.median(a)
+        ):
             continue
         w = np.max([np.abs(weight_rows(g)).max(axis=1) for g in readers], axis=0)
-        s = np.where((a > 0) & (w > 0), a ** alpha / np.maximum(w, 1e-12) ** (1 - alpha), 1.0)
+        s = np.where((a > 0) & (w > 0), a**alpha / np.maximum(w, 1e-12) ** (1 - alpha), 1.0)
         scales[name] = np.clip(s, 1e-4, 1e4).astype(np.float32)
     return scales
 
 
 class SmoothActivationsPass(ir.passes.InPlacePass):
+    """Divides each given activation's channels by its smoothing scale and multiplies the rows
+    of the weights of the GEMMs reading it by the same scale (see the module docstring).
+
+    The scale goes into a LayerNorm's gamma/beta or a constant Mul where it can, else into a
+    new FP32 Mul; `inserted` names those Muls after the pass ran."""
+
     def __init__(self, scales: dict[str, np.ndarray]):
         super().__init__()
         self.scales = scales
@@ -87,17 +116,31 @@ class SmoothActivationsPass(ir.passes.InPlacePass):
             readers = weight_gemm_readers(value)
             for gemm in readers:
                 self._scale_weight_rows(graph, gemm, s)
-            only_gemms = not value.is_graph_output() and {id(u) for u, _ in value.uses()} == {id(r) for r in readers}
-            if not (only_gemms and (self._fold_into_layernorm(graph, value, s) or self._fold_into_constant_mul(graph, value, s))):
+            only_gemms = not value.is_graph_output() and {id(u) for u, _ in value.uses()} == {
+                id(r) for r in readers
+            }
+            if not (
+                only_gemms
+                and (
+                    self._fold_into_layernorm(graph, value, s)
+                    or self._fold_into_constant_mul(graph, value, s)
+                )
+            ):
                 self._insert_mul(graph, value, readers, s)
         return ir.passes.PassResult(model, modified=bool(self.scales))
 
     @staticmethod
     def _scale_weight_rows(graph: ir.Graph, gemm: ir.Node, s: np.ndarray) -> None:
         w = gemm.inputs[1].const_value.numpy()
-        transposed = gemm.op_type == "Gemm" and "transB" in gemm.attributes and gemm.attributes["transB"].value
+        transposed = (
+            gemm.op_type == "Gemm"
+            and "transB" in gemm.attributes
+            and gemm.attributes["transB"].value
+        )
         scaled = w * s[None, :] if transposed else w * s[:, None]
-        gemm.replace_input_with(1, add_initializer(graph, f"{gemm.name}_smoothed_weight", scaled.astype(w.dtype)))
+        gemm.replace_input_with(
+            1, add_initializer(graph, f"{gemm.name}_smoothed_weight", scaled.astype(w.dtype))
+        )
 
     @staticmethod
     def _fold_into_layernorm(graph: ir.Graph, value: ir.Value, s: np.ndarray) -> bool:
@@ -107,8 +150,18 @@ class SmoothActivationsPass(ir.passes.InPlacePass):
         gamma, beta = norm.inputs[1].const_value, norm.inputs[2].const_value
         if gamma is None or beta is None:
             return False
-        norm.replace_input_with(1, add_initializer(graph, f"{norm.name}_smoothed_gamma", (gamma.numpy() / s).astype(np.float32)))
-        norm.replace_input_with(2, add_initializer(graph, f"{norm.name}_smoothed_beta", (beta.numpy() / s).astype(np.float32)))
+        norm.replace_input_with(
+            1,
+            add_initializer(
+                graph, f"{norm.name}_smoothed_gamma", (gamma.numpy() / s).astype(np.float32)
+            ),
+        )
+        norm.replace_input_with(
+            2,
+            add_initializer(
+                graph, f"{norm.name}_smoothed_beta", (beta.numpy() / s).astype(np.float32)
+            ),
+        )
         return True
 
     @staticmethod
@@ -117,13 +170,24 @@ class SmoothActivationsPass(ir.passes.InPlacePass):
         if mul is None or mul.op_type != "Mul":
             return False
         for index, operand in enumerate(mul.inputs):
-            c = operand.const_value.numpy() if operand is not None and operand.const_value is not None else None
+            c = (
+                operand.const_value.numpy()
+                if operand is not None and operand.const_value is not None
+                else None
+            )
             if c is not None and c.dtype == np.float32 and c.size in (1, s.size) and c.ndim <= 1:
-                mul.replace_input_with(index, add_initializer(graph, f"{mul.name}_smoothed_constant", (c / s).astype(np.float32)))
+                mul.replace_input_with(
+                    index,
+                    add_initializer(
+                        graph, f"{mul.name}_smoothed_constant", (c / s).astype(np.float32)
+                    ),
+                )
                 return True
         return False
 
-    def _insert_mul(self, graph: ir.Graph, value: ir.Value, readers: list[ir.Node], s: np.ndarray) -> None:
+    def _insert_mul(
+        self, graph: ir.Graph, value: ir.Value, readers: list[ir.Node], s: np.ndarray
+    ) -> None:
         inverse = add_initializer(graph, f"{value.name}_smoothing", (1 / s).astype(np.float32))
         mul = ir.Node("", "Mul", [value, inverse], name=f"{value.name}_smooth")
         mul.outputs[0].name = f"{value.name}_smoothed"

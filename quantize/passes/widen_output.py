@@ -20,6 +20,9 @@ UINT8_LEVELS = (0, 255)
 
 
 class WidenOutputPass(ir.passes.InPlacePass):
+    """For each Conv in the plan's `wide` set, adds a second QLinearConv requantized FINE_RATIO
+    times finer and merges the two in float (see the module docstring)."""
+
     def __init__(self, plan: QuantPlan):
         super().__init__()
         self.plan = plan
@@ -27,7 +30,9 @@ class WidenOutputPass(ir.passes.InPlacePass):
     def requires(self, model: ir.Model) -> None:
         for conv in self._widened(model):
             if conv.op_type != "Conv":
-                raise ir.passes.PreconditionError(f"{conv.name}: only a Conv output can be widened, not {conv.op_type}")
+                raise ir.passes.PreconditionError(
+                    f"{conv.name}: only a Conv output can be widened, not {conv.op_type}"
+                )
             read_by_fp32_only(conv, self.plan.nodes)
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
@@ -44,14 +49,40 @@ class WidenOutputPass(ir.passes.InPlacePass):
         coarse = dequantize.outputs[0]
         scale, zero_point = (v.const_value.numpy() for v in dequantize.inputs[1:])
         fine_scale = (scale / FINE_RATIO).astype(np.float32)
-        low, high = (np.array(UINT8_LEVELS, np.float32) - zero_point.astype(np.float32)) * fine_scale
+        low, high = (
+            np.array(UINT8_LEVELS, np.float32) - zero_point.astype(np.float32)
+        ) * fine_scale
         name = conv.name
-        fine_conv = ir.Node("", "Conv", list(conv.inputs), attributes=list(conv.attributes.values()), name=f"{name}_fine")
+        fine_conv = ir.Node(
+            "",
+            "Conv",
+            list(conv.inputs),
+            attributes=list(conv.attributes.values()),
+            name=f"{name}_fine",
+        )
         s = add_initializer(graph, f"{name}_fine_scale", fine_scale)
-        q = ir.Node("", "QuantizeLinear", [fine_conv.outputs[0], s, dequantize.inputs[2]], name=f"{name}_fine_QuantizeLinear")
-        dq = ir.Node("", "DequantizeLinear", [q.outputs[0], s, dequantize.inputs[2]], name=f"{name}_fine_DequantizeLinear")
-        clip = ir.Node("", "Clip", [coarse, add_initializer(graph, f"{name}_fine_low", low), add_initializer(graph, f"{name}_fine_high", high)],
-                       name=f"{name}_coarse_in_fine_range")
+        q = ir.Node(
+            "",
+            "QuantizeLinear",
+            [fine_conv.outputs[0], s, dequantize.inputs[2]],
+            name=f"{name}_fine_QuantizeLinear",
+        )
+        dq = ir.Node(
+            "",
+            "DequantizeLinear",
+            [q.outputs[0], s, dequantize.inputs[2]],
+            name=f"{name}_fine_DequantizeLinear",
+        )
+        clip = ir.Node(
+            "",
+            "Clip",
+            [
+                coarse,
+                add_initializer(graph, f"{name}_fine_low", low),
+                add_initializer(graph, f"{name}_fine_high", high),
+            ],
+            name=f"{name}_coarse_in_fine_range",
+        )
         excess = ir.Node("", "Sub", [coarse, clip.outputs[0]], name=f"{name}_beyond_fine_range")
         merged = ir.Node("", "Add", [dq.outputs[0], excess.outputs[0]], name=f"{name}_widened")
         for node in (fine_conv, q, dq, clip, excess, merged):
@@ -61,4 +92,3 @@ class WidenOutputPass(ir.passes.InPlacePass):
             if user not in (clip, excess):
                 user.replace_input_with(index, merged.outputs[0])
         graph.insert_after(dequantize, [fine_conv, q, dq, clip, excess, merged])
-

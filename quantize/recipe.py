@@ -1,0 +1,187 @@
+"""A quantization recipe: what to quantize and how, as a frozen, versioned, serialisable value.
+
+    recipe = Recipe(ranges=Entropy(), overrides=NodeOverrides(fp32=("Softmax",)))
+    result = quantize("model.onnx", "calib.npz", recipe)
+    Recipe.from_model(result.model)  # the recipe travels in the INT8 model's metadata
+
+How to run (threads, batch size, sample counts) is `RunOptions`, kept apart: it changes how
+long quantization takes, not the model it makes.
+"""
+
+import json
+from dataclasses import asdict, dataclass, fields
+
+import onnx
+
+from calibration import Percentile, RangeMethod, method_from_dict, method_to_dict
+from quantize.policy import TRANSFORMER_FP32_OPS
+from quantize.target import TARGETS
+
+RECIPE_VERSION = 1
+RECIPE_KEY = "quantize.recipe"
+
+
+@dataclass(frozen=True)
+class SmoothQuant:
+    """Move activation outliers into the weights of the GEMMs that read them
+    (quantize/passes/smooth_activations.py); `alpha` is the share moved."""
+
+    alpha: float = 0.8
+
+    def __post_init__(self):
+        if not 0 <= self.alpha <= 1:
+            raise ValueError("the SmoothQuant alpha must be in [0, 1]")
+
+
+@dataclass(frozen=True)
+class NodeOverrides:
+    """Exceptions to the policy for single nodes, by node name (`fp32` also takes op types)."""
+
+    fp32: tuple[str, ...] = ()  # kept in FP32
+    wide_outputs: tuple[
+        str, ...
+    ] = ()  # Convs read by FP32 ops only: 4 more bits near 0 (passes/widen_output.py)
+    residual_inputs: tuple[
+        str, ...
+    ] = ()  # Convs read by FP32 ops only: 8 more bits of input (passes/residual_input.py)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    ranges: RangeMethod = Percentile()  # how an activation's histogram becomes its uint8 range
+    smoothing: SmoothQuant | None = None
+    target: str = (
+        "auto"  # the CPU's INT8 path the model is made for: auto (this machine) | avx2 | vnni | amx
+    )
+    activation_matmuls: bool = True  # also MatMuls of two activations (attention scores, context)
+    kernel_timing: bool = True  # on this machine's target, keep FP32 the Convs/GEMMs whose INT8 kernel measures slower
+    overrides: NodeOverrides = NodeOverrides()
+
+    def __post_init__(self):
+        if self.target not in ("auto", *TARGETS):
+            raise ValueError(
+                f"unknown target {self.target!r}; choose from auto, {', '.join(TARGETS)}"
+            )
+
+    @classmethod
+    def cnn(cls, **changes) -> "Recipe":
+        """Every op ORT runs in INT8, percentile ranges: convolutional networks."""
+        return cls(**changes)
+
+    @classmethod
+    def transformer(cls, **changes) -> "Recipe":
+        """Chosen on the translator's BLEU and MiniLM's embeddings: percentile ranges, LayerNorm
+        and GELU outliers smoothed into the weights, MatMul/Gemm with weights in INT8;
+        attention's activation MatMuls, softmax, LayerNorm, residual Adds and the cache in FP32."""
+        return cls(
+            **{
+                "smoothing": SmoothQuant(0.8),
+                "activation_matmuls": False,
+                "overrides": NodeOverrides(fp32=TRANSFORMER_FP32_OPS),
+                **changes,
+            }
+        )
+
+    @classmethod
+    def generator(cls, model: onnx.ModelProto, **changes) -> "Recipe":
+        """For a generator whose output spans decades (the 3DGAN's showers): the output
+        convolution FP32 (uint8 cannot hold six decades of cell energy); the two convolutions
+        before it with widened outputs, the last of them with its input at two levels;
+        LeakyReLU and BatchNorm's Mul and Add in FP32, so that each block is requantized once,
+        at the next convolution's input."""
+        convs = [n.name for n in model.graph.node if n.op_type == "Conv"]
+        if len(convs) < 3:
+            raise ValueError(
+                f"the generator recipe needs at least 3 Convs; the model has {len(convs)}"
+            )
+        overrides = NodeOverrides(
+            fp32=(convs[-1], "LeakyRelu", "Mul", "Add"),
+            wide_outputs=(convs[-3], convs[-2]),
+            residual_inputs=(convs[-2],),
+        )
+        return cls(**{"overrides": overrides, **changes})
+
+    def to_dict(self) -> dict:
+        return {
+            "version": RECIPE_VERSION,
+            "ranges": method_to_dict(self.ranges),
+            "smoothing": None if self.smoothing is None else asdict(self.smoothing),
+            "target": self.target,
+            "activation_matmuls": self.activation_matmuls,
+            "kernel_timing": self.kernel_timing,
+            "overrides": {k: list(v) for k, v in asdict(self.overrides).items()},
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "Recipe":
+        """The recipe `to_dict` wrote; ValueError for another version or an unknown field."""
+        if data.get("version") != RECIPE_VERSION:
+            raise ValueError(
+                f"recipe version {data.get('version')!r}; this quantize reads version {RECIPE_VERSION}"
+            )
+        unknown = data.keys() - {"version"} - {f.name for f in fields(cls)}
+        if unknown:
+            raise ValueError(f"unknown recipe fields {sorted(unknown)}")
+        parts = {k: v for k, v in data.items() if k != "version"}
+        if "ranges" in parts:
+            parts["ranges"] = method_from_dict(parts["ranges"])
+        if parts.get("smoothing") is not None:
+            parts["smoothing"] = SmoothQuant(**parts["smoothing"])
+        if "overrides" in parts:
+            parts["overrides"] = NodeOverrides(
+                **{k: tuple(v) for k, v in parts["overrides"].items()}
+            )
+        return cls(**parts)
+
+    @classmethod
+    def from_model(cls, model: onnx.ModelProto) -> "Recipe":
+        """The recipe a quantized model was made with; ValueError if it carries none."""
+        stamped = next((p.value for p in model.metadata_props if p.key == RECIPE_KEY), None)
+        if stamped is None:
+            raise ValueError("the model carries no quantize recipe: it was not made by quantize")
+        return cls.from_dict(json.loads(stamped))
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How to run quantization: these change its time and memory, not the model it makes
+    (except that the calibration set is the first `calib_samples` samples)."""
+
+    calib_samples: int = 1000  # at most; fewer if the data has fewer
+    held_out_samples: int = 64  # for the output SQNR; taken after the calibration samples
+    batch_size: int = 32
+    threads: int = 0  # ONNX Runtime intra-op threads; 0 = all cores
+
+    def __post_init__(self):
+        if self.calib_samples < 1 or self.batch_size < 1:
+            raise ValueError("calib_samples and batch_size must be positive")
+
+
+PRESETS = {"cnn": Recipe.cnn, "transformer": Recipe.transformer, "generator": Recipe.generator}
+PRESETS_NEEDING_MODEL = {"generator"}
+
+
+def preset_for(model: onnx.ModelProto) -> str:
+    """The preset a graph calls for: `transformer` where it has attention (Softmax next to
+    MatMuls), a LayerNorm (fused or as ReduceMean ... Sqrt) or an embedding table; else `cnn`."""
+    ops = {n.op_type for n in model.graph.node}
+    float_tables = {
+        t.name
+        for t in model.graph.initializer
+        if t.data_type == onnx.TensorProto.FLOAT and len(t.dims) == 2
+    }
+    embedding = any(n.op_type == "Gather" and n.input[0] in float_tables for n in model.graph.node)
+    layer_norm = "LayerNormalization" in ops or {"ReduceMean", "Sqrt"} <= ops
+    attention = {"Softmax", "MatMul"} <= ops
+    return "transformer" if embedding or layer_norm or attention else "cnn"
+
+
+def preset(name: str, model: onnx.ModelProto, **changes) -> Recipe:
+    """The recipe of preset `name` for `model`, with `changes` to its fields."""
+    if name not in PRESETS:
+        raise ValueError(f"unknown preset {name!r}; choose from auto, {', '.join(PRESETS)}")
+    return (
+        PRESETS[name](model, **changes)
+        if name in PRESETS_NEEDING_MODEL
+        else PRESETS[name](**changes)
+    )

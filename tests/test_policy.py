@@ -1,0 +1,93 @@
+"""The policy on hand-built graphs, without ONNX Runtime: which nodes go to INT8 and why the
+others stay FP32."""
+
+import numpy as np
+import onnx_ir as ir
+from onnx import TensorProto, helper, numpy_helper
+
+from quantize.policy import Selection, decisions, select_nodes
+
+
+def attention_block() -> ir.Model:
+    """x -> Conv -> Relu -> Reshape -> MatMul(., its own transpose) -> Softmax -> Add(bias) -> Tanh."""
+    rng = np.random.default_rng(0)
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], name="conv"),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("Reshape", ["r", "shape"], ["q"], name="reshape"),
+        helper.make_node("Transpose", ["q"], ["k"], perm=[0, 2, 1], name="transpose"),
+        helper.make_node("MatMul", ["q", "k"], ["scores"], name="scores"),
+        helper.make_node("Softmax", ["scores"], ["p"], axis=-1, name="softmax"),
+        helper.make_node("Add", ["p", "bias"], ["a"], name="add"),
+        helper.make_node("Tanh", ["a"], ["y"], name="tanh"),
+    ]
+    inits = [
+        numpy_helper.from_array(rng.normal(size=(4, 1, 3, 3)).astype(np.float32), "w"),
+        numpy_helper.from_array(np.array([0, 4, 36], np.int64), "shape"),
+        numpy_helper.from_array(rng.normal(size=(4,)).astype(np.float32), "bias"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    for name in ("c", "r", "q", "k", "scores", "p", "a"):
+        graph.value_info.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, None))
+    return ir.serde.deserialize_model(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    )
+
+
+def test_every_float_node_the_policy_leaves_out_has_its_reason():
+    selection = select_nodes(attention_block())
+    assert selection.int8 == {"conv", "reshape", "transpose", "scores", "add"}
+    assert selection.fp32 == {
+        "softmax": "no INT8 kernel in ONNX Runtime",
+        "tanh": "no INT8 kernel in ONNX Runtime",
+    }
+
+
+def test_a_recipe_without_activation_matmuls_says_so_and_drops_the_movement_around_them():
+    selection = select_nodes(attention_block(), exclude=("Add",), activation_matmuls=False)
+    assert selection.int8 == {"conv"}
+    assert (
+        selection.fp32["scores"] == "a MatMul of two activations (attention), FP32 in this recipe"
+    )
+    assert selection.fp32["add"] == "excluded by the user"
+    assert (
+        selection.fp32["reshape"]
+        == selection.fp32["transpose"]
+        == "data movement outside an INT8 region"
+    )
+
+
+def test_measured_reasons_win_over_the_policy_and_are_kept_through_reselection():
+    selection = select_nodes(attention_block(), kept_fp32={"scores": "INT8 slower than FP32"})
+    assert "scores" not in selection.int8 and selection.fp32["scores"] == "INT8 slower than FP32"
+
+
+def test_without_moves_only_int8_nodes_and_keeps_earlier_reasons():
+    selection = Selection(frozenset({"a", "b"}), {"c": "excluded by the user"})
+    moved = selection.without({"a": "island", "c": "island"})
+    assert moved.int8 == {"b"} and moved.fp32 == {"a": "island", "c": "excluded by the user"}
+
+
+def test_decisions_list_every_float_node_once_with_a_folded_relu_as_int8():
+    model = attention_block()
+    selection = select_nodes(model)
+    folded = {d.name: (d.precision, d.reason) for d in decisions(model, selection, {"relu": "c"})}
+    assert list(folded) == [
+        "conv",
+        "relu",
+        "reshape",
+        "transpose",
+        "scores",
+        "softmax",
+        "add",
+        "tanh",
+    ]
+    assert folded["relu"] == ("int8", "folded into the uint8 clamp")
+    kept = {d.name: d.reason for d in decisions(model, selection.without({"conv": "island"}), {})}
+    assert kept["relu"].startswith("the op before it is FP32")
