@@ -49,7 +49,8 @@ class Calibration:
     activation histograms (fixed size), so a result can be lowered again without recalibrating."""
 
     original: onnx.ModelProto
-    clean: onnx.ModelProto
+    graph: ir.Model  # the clean FP32 model, read only: each lowering works on a clone
+    clean: onnx.ModelProto  # the same, for ONNX Runtime and the result
     selection: Selection  # after kernel timings and ranges sent nodes back to FP32
     histograms: dict
     samples: int
@@ -110,7 +111,8 @@ def quantize(
     recipe = replace(recipe, target=resolve(recipe.target))
     original = load_model(model_path)
     _check_float32(original, model_path)
-    clean = ir.serde.serialize_model(passes.cleanup(ir.serde.deserialize_model(original)))
+    graph = passes.cleanup(ir.serde.deserialize_model(original))
+    clean = _for_ort(graph)
     inputs = input_specs(clean)
     source = open_calibration(calib, inputs, image_preprocess or _recipe_preprocess(original))
     batch_size, fixed = _batch_size(inputs, options, model_path)
@@ -118,13 +120,12 @@ def quantize(
     held_out = list(source.batches(*held_range, batch_size))
     _check_cleanup(original, clean, held_out[0], model_path)
 
-    graph = ir.serde.deserialize_model(clean)
     selection = select_nodes(graph, recipe.overrides.fp32, recipe.activation_matmuls)
     _check_refined_convs(graph, selection.int8, recipe, model_path)
     start = time.perf_counter()
     scaling_muls: dict[str, str] = {}
     if recipe.smoothing is not None:
-        clean, scaling_muls = _smoothed(
+        scaling_muls = _smooth(
             clean,
             graph,
             selection.int8,
@@ -134,8 +135,8 @@ def quantize(
             recipe.smoothing.alpha,
             options.threads,
         )
+        clean = _for_ort(graph)
         _check_cleanup(original, clean, held_out[0], model_path)
-        graph = ir.serde.deserialize_model(clean)
         selection = select_nodes(graph, recipe.overrides.fp32, recipe.activation_matmuls).without(
             scaling_muls
         )
@@ -160,7 +161,7 @@ def quantize(
             graph, recipe.overrides.fp32, recipe.activation_matmuls, kept_fp32
         ).without(scaling_muls)
     calibration = Calibration(
-        original, clean, selection, histograms, n_cal, time.perf_counter() - start
+        original, graph, clean, selection, histograms, n_cal, time.perf_counter() - start
     )
     sqnr_samples = (
         f"{held_range[1] - held_range[0]} held-out samples"
@@ -184,14 +185,14 @@ def keep_fp32(result: QuantizeResult, fallback: dict[str, str]) -> QuantizeResul
 
 def qdq_model(result: QuantizeResult, fp32_nodes: set[str]) -> onnx.ModelProto:
     """The Q/DQ model with `fp32_nodes` in FP32, without the coverage check: a quick trial."""
-    graph = ir.serde.deserialize_model(result.calibration.clean)
+    graph = result.calibration.graph
     plan = make_plan(
         graph,
         set(result.calibration.selection.int8 - fp32_nodes),
         result.calibration.histograms,
         result.recipe,
     )
-    return ir.serde.serialize_model(passes.lower_to_qdq(graph, plan))
+    return _for_ort(passes.lower_to_qdq(graph.clone(), plan))
 
 
 def _lower(
@@ -202,10 +203,10 @@ def _lower(
     sqnr_samples: str,
     fallback: dict[str, str],
 ) -> QuantizeResult:
-    clean, graph = calibration.clean, ir.serde.deserialize_model(calibration.clean)
+    clean, graph = calibration.clean, calibration.graph
     selection = calibration.selection.without(fallback)
     int8, plan, executed, selection = _lower_without_islands(
-        clean, graph, selection, calibration.histograms, recipe
+        graph, selection, calibration.histograms, recipe
     )
     _stamp(int8, calibration.original, recipe)
     return QuantizeResult(
@@ -227,16 +228,12 @@ def _lower(
     )
 
 
-def _lower_without_islands(
-    clean: onnx.ModelProto, graph: ir.Model, selection: Selection, histograms: dict, recipe: Recipe
-):
+def _lower_without_islands(graph: ir.Model, selection: Selection, histograms: dict, recipe: Recipe):
     """Lower to Q/DQ, then send every planned node ORT would still run in float back to FP32,
     until none is left. Returns the INT8 model, its plan, ORT's executed graph, and the selection."""
     while True:  # ends: every round sends at least one planned node back to FP32
         plan = make_plan(graph, set(selection.int8), histograms, recipe)
-        int8 = ir.serde.serialize_model(
-            passes.lower_to_qdq(ir.serde.deserialize_model(clean), plan)
-        )
+        int8 = _for_ort(passes.lower_to_qdq(graph.clone(), plan))
         executed = coverage.optimized_graph(int8)
         found = coverage.float_islands(executed, plan.nodes)
         if not found:
@@ -290,7 +287,7 @@ def _beyond_uint8(graph: ir.Model, nodes: set[str], histograms: dict) -> dict[st
     return kept
 
 
-def _smoothed(
+def _smooth(
     clean: onnx.ModelProto,
     graph: ir.Model,
     nodes: set[str],
@@ -299,9 +296,10 @@ def _smoothed(
     batch_size: int,
     alpha: float,
     threads: int,
-) -> tuple[onnx.ModelProto, dict[str, str]]:
-    """The clean model with activation outliers moved into the weights of the GEMMs that read
-    them, and the scaling Muls it needed (name -> why they stay FP32)."""
+) -> dict[str, str]:
+    """Move activation outliers of `graph` (`clean` is the same model, for ORT) into the weights
+    of the GEMMs that read them, in place; returns the scaling Muls it needed (name -> why they
+    stay FP32)."""
     inputs = list(
         {
             n.inputs[0].name: None
@@ -311,10 +309,13 @@ def _smoothed(
     )
     absmax = collect_channel_absmax(clean, inputs, source, n_cal, batch_size, threads)
     smoothing = passes.SmoothActivationsPass(smoothing_scales(graph, absmax, alpha))
-    scaled = ir.serde.serialize_model(smoothing(graph).model)
-    return scaled, dict.fromkeys(
-        smoothing.inserted, "SmoothQuant's scaling of its input, FP32 by design"
-    )
+    smoothing(graph)
+    return dict.fromkeys(smoothing.inserted, "SmoothQuant's scaling of its input, FP32 by design")
+
+
+def _for_ort(model: ir.Model) -> onnx.ModelProto:
+    """The protobuf form, where ONNX Runtime or the caller takes the model."""
+    return ir.serde.serialize_model(model)
 
 
 def input_specs(model: onnx.ModelProto) -> list[InputSpec]:
