@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import onnx
 import pytest
-from conftest import images
+from graphs import images
 
 from quantize.recipe import Recipe
 from quantize.target import host_target, saturates

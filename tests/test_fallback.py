@@ -2,7 +2,7 @@ import json
 
 import numpy as np
 import onnx
-from conftest import outlier_mlp
+from graphs import outlier_mlp
 
 from quantize import Recipe, cli, quantize
 from quantize.fallback import fall_back

@@ -4,7 +4,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 import pytest
-from conftest import conv_net, images
+from graphs import conv_net, images
 
 from quantize import Recipe, coverage, kernel_timing, quantize, target
 

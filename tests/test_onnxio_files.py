@@ -4,7 +4,7 @@ import os
 
 import numpy as np
 import onnx
-from conftest import images
+from graphs import images
 
 from onnxio import files
 from quantize import Recipe, RunOptions, quantize

@@ -1,7 +1,7 @@
 import numpy as np
 import onnx
 import pytest
-from conftest import conv_net, images, mixed_ops_net, token_net
+from graphs import conv_net, images, mixed_ops_net, token_net
 from onnx import TensorProto, helper
 
 from calibration import METHODS

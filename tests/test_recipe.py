@@ -4,7 +4,7 @@ import json
 
 import onnx
 import pytest
-from conftest import conv_net
+from graphs import conv_net
 
 from calibration import METHODS, Entropy, Percentile
 from quantize import NodeOverrides, Recipe, SmoothQuant

@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import onnx
 import pytest
-from conftest import skip_outside_ci
+from graphs import skip_outside_ci
 from PIL import Image
 
 from models.resnet50 import data

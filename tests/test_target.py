@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from conftest import conv_net, images, skip_outside_ci
+from graphs import conv_net, images, skip_outside_ci
 from onnx import TensorProto, helper, numpy_helper
 
 from quantize import Recipe, RunOptions, quantize, runtime, target

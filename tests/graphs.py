@@ -1,0 +1,243 @@
+"""Small models and data sets built in milliseconds, shared by the tests: import them from
+here (`from graphs import conv_net`); conftest.py only turns some into fixtures."""
+
+import os
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from calibration import CalibrationSource, collect_histograms
+from quantize.pipeline import input_specs
+from quantize.plan import QuantPlan
+from quantize.runtime import session
+from quantize.target import host_target, weight_qmax
+
+HOST_WEIGHT_QMAX = weight_qmax(host_target())  # plans built by hand run on this machine's kernels
+
+
+RNG = np.random.default_rng(0)
+
+
+def skip_outside_ci(missing: bool, reason: str):
+    """Skip on a developer's machine that lacks something; in CI (CI=true) run anyway and fail,
+    so that CI cannot go green by skipping."""
+    return pytest.mark.skipif(missing and os.environ.get("CI") != "true", reason=reason)
+
+
+def _init(name, array):
+    return numpy_helper.from_array(np.asarray(array), name)
+
+
+def conv_net(
+    opset: int = 17, batchnorm: bool = True, channels: int = 8, size: int = 16
+) -> onnx.ModelProto:
+    """x(N,3,size,size) -> Conv -> [BatchNorm] -> Relu -> MaxPool -> Conv -> Add(skip) -> Relu
+    -> GlobalAveragePool -> Flatten -> Gemm -> logits(N,10). The same weights on every call."""
+    global RNG
+    RNG = np.random.default_rng(0)
+    c = channels
+    nodes = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[1, 1, 1, 1], name="conv1")]
+    inits = [
+        _init("w1", RNG.normal(0, 0.3, (c, 3, 3, 3)).astype(np.float32)),
+        _init("b1", RNG.normal(0, 0.1, c).astype(np.float32)),
+    ]
+    first = "c1"
+    if batchnorm:
+        nodes.append(
+            helper.make_node(
+                "BatchNormalization",
+                ["c1", "g", "beta", "mu", "var"],
+                ["bn1"],
+                epsilon=1e-3,
+                name="bn1",
+            )
+        )
+        inits += [
+            _init("g", RNG.uniform(0.5, 1.5, c).astype(np.float32)),
+            _init("beta", RNG.normal(0, 0.1, c).astype(np.float32)),
+            _init("mu", RNG.normal(0, 0.1, c).astype(np.float32)),
+            _init("var", RNG.uniform(0.5, 2, c).astype(np.float32)),
+        ]
+        first = "bn1"
+    nodes += [
+        helper.make_node("Relu", [first], ["r1"], name="relu1"),
+        helper.make_node(
+            "MaxPool", ["r1"], ["p1"], kernel_shape=[2, 2], strides=[2, 2], name="pool1"
+        ),
+        helper.make_node("Conv", ["p1", "w2", "b2"], ["c2"], pads=[1, 1, 1, 1], name="conv2"),
+        helper.make_node("Add", ["c2", "p1"], ["a1"], name="add1"),
+        helper.make_node("Relu", ["a1"], ["r2"], name="relu2"),
+        helper.make_node("GlobalAveragePool", ["r2"], ["gap"], name="gap"),
+        helper.make_node("Flatten", ["gap"], ["flat"], name="flatten"),
+        helper.make_node("Gemm", ["flat", "wf", "bf"], ["logits"], transB=1, name="fc"),
+    ]
+    inits += [
+        _init("w2", RNG.normal(0, 0.2, (c, c, 3, 3)).astype(np.float32)),
+        _init("b2", RNG.normal(0, 0.1, c).astype(np.float32)),
+        _init("wf", RNG.normal(0, 0.3, (10, c)).astype(np.float32)),
+        _init("bf", RNG.normal(0, 0.1, 10).astype(np.float32)),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "conv_net",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, size, size])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", 10])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
+    model.ir_version = 7 if opset < 15 else 8
+    onnx.checker.check_model(model)
+    return model
+
+
+def images(n: int, size: int = 16, seed: int = 0) -> np.ndarray:
+    return np.random.default_rng(seed).normal(0, 1, (n, 3, size, size)).astype(np.float32)
+
+
+def mixed_ops_net() -> onnx.ModelProto:
+    """Conv x2 -> Concat -> Resize -> Conv -> LeakyRelu -> AveragePool -> Sigmoid -> Mul -> Conv (graph output)."""
+    rng = np.random.default_rng(0)
+
+    def weight(name, shape):
+        return _init(name, rng.normal(0, 0.2, shape).astype(np.float32))
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["a"], pads=[1, 1, 1, 1], name="conv_a"),
+        helper.make_node("Conv", ["x", "w2"], ["b"], pads=[1, 1, 1, 1], name="conv_b"),
+        helper.make_node("Concat", ["a", "b"], ["cat"], axis=1, name="concat"),
+        helper.make_node("Resize", ["cat", "", "scales"], ["up"], mode="nearest", name="resize"),
+        helper.make_node("Conv", ["up", "w3"], ["c"], pads=[1, 1, 1, 1], name="conv_c"),
+        helper.make_node("LeakyRelu", ["c"], ["lr"], alpha=0.2, name="leaky"),
+        helper.make_node(
+            "AveragePool", ["lr"], ["ap"], kernel_shape=[2, 2], strides=[2, 2], name="avgpool"
+        ),
+        helper.make_node("Sigmoid", ["ap"], ["sg"], name="sigmoid"),
+        helper.make_node("Mul", ["sg", "ap"], ["m"], name="mul"),
+        helper.make_node("Conv", ["m", "w4"], ["y"], name="conv_out"),
+    ]
+    inits = [
+        weight("w1", (8, 3, 3, 3)),
+        weight("w2", (8, 3, 3, 3)),
+        _init("scales", np.array([1, 1, 2, 2], np.float32)),
+        weight("w3", (8, 16, 3, 3)),
+        weight("w4", (4, 8, 1, 1)),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "mixed",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, 16, 16])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def token_net(vocab: int = 100, width: int = 32, length: int = 12) -> onnx.ModelProto:
+    """ids(N,S) int64 -> Gather embedding -> Mul by mask -> MatMul + bias -> Relu -> MatMul -> Softmax."""
+    rng = np.random.default_rng(0)
+    nodes = [
+        helper.make_node("Gather", ["emb", "ids"], ["e"], name="embed"),
+        helper.make_node("Unsqueeze", ["mask", "axis"], ["m3"], name="unsqueeze"),
+        helper.make_node("Mul", ["e", "m3"], ["em"], name="apply_mask"),
+        helper.make_node("MatMul", ["em", "w1"], ["h"], name="ffn1"),
+        helper.make_node("Add", ["h", "b1"], ["hb"], name="ffn1_bias"),
+        helper.make_node("Relu", ["hb"], ["r"], name="relu"),
+        helper.make_node("MatMul", ["r", "w2"], ["o"], name="ffn2"),
+        helper.make_node("Softmax", ["o"], ["y"], axis=-1, name="softmax"),
+    ]
+    inits = [
+        _init("emb", rng.normal(0, 1, (vocab, width)).astype(np.float32)),
+        _init("axis", np.array([2], np.int64)),
+        _init("w1", rng.normal(0, 0.2, (width, 64)).astype(np.float32)),
+        _init("b1", rng.normal(0, 0.1, 64).astype(np.float32)),
+        _init("w2", rng.normal(0, 0.2, (64, width)).astype(np.float32)),
+    ]
+    inputs = [
+        helper.make_tensor_value_info("ids", TensorProto.INT64, ["N", length]),
+        helper.make_tensor_value_info("mask", TensorProto.FLOAT, ["N", length]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "tokens",
+        inputs,
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", length, width])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def outlier_mlp() -> onnx.ModelProto:
+    """x -> up (one output channel 100x the rest) -> down -> y: down's per-tensor uint8 input
+    range is spent on that channel, up's input is ordinary."""
+    rng = np.random.default_rng(0)
+    up = rng.normal(0, 0.3, (16, 16)).astype(np.float32)
+    up[:, 3] *= 100
+    down = rng.normal(0, 0.3, (16, 16)).astype(np.float32)
+    down[3] *= 0.001
+    nodes = [
+        helper.make_node("MatMul", ["x", "w_up"], ["h"], name="up"),
+        helper.make_node("MatMul", ["h", "w_down"], ["y"], name="down"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "two",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 16])],
+        [numpy_helper.from_array(up, "w_up"), numpy_helper.from_array(down, "w_down")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def run(model, x):
+    proto = model if isinstance(model, onnx.ModelProto) else ir.serde.serialize_model(model)
+    return session(proto).run(None, {"x": x})[0]
+
+
+def ops(model: ir.Model) -> list[str]:
+    return [n.op_type for n in model.graph]
+
+
+def plan_for(model: ir.Model, nodes: set[str]) -> QuantPlan:
+    """A plan with min/max ranges measured on random images."""
+    names = [
+        v.name
+        for n in model.graph
+        for v in [*n.inputs, *n.outputs]
+        if v is not None and v.const_value is None
+    ]
+    x = images(64)
+    source = CalibrationSource(
+        Path("memory"),
+        input_specs(ir.serde.serialize_model(model)),
+        len(x),
+        lambda a, b: {"x": x[a:b]},
+    )
+    histograms = collect_histograms(
+        ir.serde.serialize_model(model), list(dict.fromkeys(names)), source, len(x)
+    )
+    return QuantPlan(
+        nodes,
+        {name: (min(h.min, 0.0), max(h.max, 0.0)) for name, h in histograms.items()},
+        HOST_WEIGHT_QMAX,
+    )
+
+
+def run_pass(rewrite: ir.passes.PassBase, model: onnx.ModelProto) -> ir.Model:
+    """`rewrite` alone on `model`, after shape inference (the passes read ranks and shapes) and
+    followed by dead-node removal."""
+    from onnx_ir.passes import common
+
+    chain = ir.passes.PassManager(
+        [common.ShapeInferencePass(), rewrite, common.RemoveUnusedNodesPass()]
+    )
+    return chain(ir.serde.deserialize_model(model)).model

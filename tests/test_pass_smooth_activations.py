@@ -1,0 +1,136 @@
+"""`SmoothActivationsPass` (quantize/passes/smooth_activations.py) on small hand-built graphs."""
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+from graphs import ops, run
+from onnx import TensorProto, helper, numpy_helper
+
+from quantize import NodeOverrides, Recipe, SmoothQuant, passes, quantize
+from quantize.passes.smooth_activations import smoothing_scales
+from quantize.runtime import session
+from quantize.validate import run_with_outputs
+
+
+def _outlier_net(residual: bool) -> onnx.ModelProto:
+    """x (N,16) -> LayerNorm with two huge channels -> MatMul W -> y (and the LN output h as a
+    second model output when `residual`: another reader of h)."""
+    rng = np.random.default_rng(3)
+    gamma = np.ones(16, np.float32)
+    gamma[[3, 11]] = 40.0
+    nodes = [
+        helper.make_node("LayerNormalization", ["x", "gamma", "beta"], ["h"], axis=-1, name="norm"),
+        helper.make_node("MatMul", ["h", "w"], ["p"], name="proj"),
+    ]
+    nodes.append(helper.make_node("Identity", ["p"], ["y"], name="out"))
+    w = rng.normal(0, 0.3, (16, 16)).astype(np.float32)
+    w[[3, 11]] *= 0.01  # as in trained transformers, the outlier channels barely reach the output
+    inits = [
+        numpy_helper.from_array(gamma, "gamma"),
+        numpy_helper.from_array(np.zeros(16, np.float32), "beta"),
+        numpy_helper.from_array(w, "w"),
+    ]
+    outputs = [
+        helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", 16])
+        for n in (("y", "h") if residual else ("y",))
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "outliers",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])],
+        outputs,
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_smoothing_folds_into_a_layernorm_read_only_by_gemms_and_keeps_the_function():
+    original = _outlier_net(residual=False)
+    model = ir.serde.deserialize_model(original)
+    x = np.random.default_rng(0).normal(0, 1, (32, 16)).astype(np.float32)
+    absmax = {"h": np.array([1.0] * 3 + [40.0] + [1.0] * 7 + [40.0] + [1.0] * 4)}
+    scales = smoothing_scales(model, absmax, alpha=0.8)
+    assert scales["h"][3] > 10 * scales["h"][0]
+    smoothed = passes.SmoothActivationsPass(scales)(model).model
+    assert "Mul" not in ops(smoothed)  # folded into gamma and beta
+    np.testing.assert_allclose(run(smoothed, x), run(original, x), rtol=1e-4, atol=1e-4)
+
+
+def test_smoothing_adds_a_mul_when_the_activation_has_other_readers_and_improves_int8():
+    original = _outlier_net(residual=True)
+    rng = np.random.default_rng(1)
+    feeds = [{"x": rng.normal(0, 1, (32, 16)).astype(np.float32)} for _ in range(10)]
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "m.onnx"
+        onnx.save(original, str(path))
+        plain = quantize(
+            path, feeds, Recipe.transformer(smoothing=None, overrides=NodeOverrides(fp32=()))
+        )
+        smooth = quantize(
+            path,
+            feeds,
+            Recipe.transformer(smoothing=SmoothQuant(0.8), overrides=NodeOverrides(fp32=())),
+        )
+    assert "h_smooth" in {
+        n.name for n in smooth.fp32_model.graph.node
+    }  # the output h stays unscaled
+    x = feeds[-1]["x"]
+    np.testing.assert_allclose(
+        session(smooth.fp32_model).run(None, {"x": x})[0], run(original, x), rtol=1e-4, atol=1e-3
+    )
+    assert smooth.output_sqnr_db["y"] > plain.output_sqnr_db["y"] + 3
+
+
+def _gelu_net() -> onnx.ModelProto:
+    """x (N,16) -> MatMul -> GELU written out as exporters do (x * (1 + erf(x / sqrt 2)) * 0.5)
+    -> MatMul -> y; the first weight makes two GELU channels huge."""
+    rng = np.random.default_rng(4)
+    w1 = rng.normal(0, 0.3, (16, 16)).astype(np.float32)
+    w1[:, [2, 9]] *= 60
+    w2 = rng.normal(0, 0.3, (16, 16)).astype(np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w1"], ["h"], name="up"),
+        helper.make_node("Div", ["h", "sqrt2"], ["d"], name="gelu/div"),
+        helper.make_node("Erf", ["d"], ["e"], name="gelu/erf"),
+        helper.make_node("Add", ["e", "one"], ["a"], name="gelu/add"),
+        helper.make_node("Mul", ["h", "a"], ["m"], name="gelu/mul"),
+        helper.make_node("Mul", ["m", "half"], ["g"], name="gelu/mul_1"),
+        helper.make_node("MatMul", ["g", "w2"], ["y"], name="down"),
+    ]
+    inits = [
+        numpy_helper.from_array(w1, "w1"),
+        numpy_helper.from_array(w2, "w2"),
+        numpy_helper.from_array(np.array(np.sqrt(2), np.float32), "sqrt2"),
+        numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+        numpy_helper.from_array(np.array(0.5, np.float32), "half"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "gelu",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 16])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_smoothing_after_an_erf_gelu_folds_into_its_constant_mul_and_keeps_the_function():
+    original = _gelu_net()
+    model = ir.serde.deserialize_model(original)
+    x = np.random.default_rng(5).normal(0, 1, (64, 16)).astype(np.float32)
+    g = run_with_outputs(original, ["g"], {"x": x}, threads=0)[0]
+    scales = smoothing_scales(
+        model, {"g": np.abs(g).max(axis=0), "x": np.abs(x).max(axis=0)}, alpha=0.8
+    )
+    assert set(scales) == {"g"}  # x is a graph input, not a LayerNorm or GELU output
+    assert scales["g"][2] > 5 * np.median(scales["g"])
+    smoothed = passes.SmoothActivationsPass(scales)(model).model
+    assert ops(smoothed).count("Mul") == 2  # no scaling Mul: 1/s went into the 0.5
+    np.testing.assert_allclose(run(smoothed, x), run(original, x), rtol=1e-4, atol=1e-3)
