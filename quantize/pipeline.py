@@ -24,7 +24,7 @@ from calibration.histogram import BEYOND_LIMIT
 from onnxio import InputError
 from quantize import coverage, kernel_timing, passes
 from quantize.frontend import load_model
-from quantize.passes.smooth_activations import smoothing_scales, weight_gemm_readers
+from quantize.passes.smooth_activations import scaling_muls, smoothing_scales, weight_gemm_readers
 from quantize.plan import make_plan
 from quantize.policy import (
     ABSORBABLE_ACTIVATIONS,
@@ -308,9 +308,8 @@ def _smooth(
         }
     )
     absmax = collect_channel_absmax(clean, inputs, source, n_cal, batch_size, threads)
-    smoothing = passes.SmoothActivationsPass(smoothing_scales(graph, absmax, alpha))
-    smoothing(graph)
-    return dict.fromkeys(smoothing.inserted, "SmoothQuant's scaling of its input, FP32 by design")
+    passes.SmoothActivationsPass(smoothing_scales(graph, absmax, alpha))(graph)
+    return dict.fromkeys(scaling_muls(graph), "SmoothQuant's scaling of its input, FP32 by design")
 
 
 def _for_ort(model: ir.Model) -> onnx.ModelProto:

@@ -79,6 +79,8 @@ def test_smoothing_adds_a_mul_when_the_activation_has_other_readers_and_improves
     assert "h_smooth" in {
         n.name for n in smooth.fp32_model.graph.node
     }  # the output h stays unscaled
+    decision = next(d for d in smooth.decisions if d.name == "h_smooth")
+    assert decision.precision == "fp32" and decision.reason.startswith("SmoothQuant's scaling")
     x = feeds[-1]["x"]
     np.testing.assert_allclose(
         session(smooth.fp32_model).run(None, {"x": x})[0], run(original, x), rtol=1e-4, atol=1e-3

@@ -95,17 +95,24 @@ def smoothing_scales(
     return scales
 
 
+SCALING_MUL = "quantize.smoothing_mul"  # node meta (in memory, not written to the model)
+
+
+def scaling_muls(model: ir.Model) -> set[str]:
+    """The Muls a SmoothActivationsPass inserted into `model`."""
+    return {node.name for node in model.graph if node.meta.get(SCALING_MUL)}
+
+
 class SmoothActivationsPass(ir.passes.InPlacePass):
     """Divides each given activation's channels by its smoothing scale and multiplies the rows
     of the weights of the GEMMs reading it by the same scale (see the module docstring).
 
     The scale goes into a LayerNorm's gamma/beta or a constant Mul where it can, else into a
-    new FP32 Mul; `inserted` names those Muls after the pass ran."""
+    new Mul marked `SCALING_MUL` in its meta: FP32 by construction (`scaling_muls` finds them)."""
 
     def __init__(self, scales: dict[str, np.ndarray]):
         super().__init__()
         self.scales = scales
-        self.inserted: set[str] = set()  # the scaling Muls: FP32 by construction, never quantized
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         graph = model.graph
@@ -199,4 +206,4 @@ class SmoothActivationsPass(ir.passes.InPlacePass):
             graph.insert_after(producer, mul)
         for gemm in readers:
             gemm.replace_input_with(0, mul.outputs[0])
-        self.inserted.add(mul.name)
+        mul.meta[SCALING_MUL] = True
