@@ -33,8 +33,13 @@ test: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -q
 
+# Every benchmark (hours on 2 cores: the reference models are built first), then the README's
+# results tables from their JSON. One benchmark: python -m benchmarks.NAME, then python -m benchmarks.readme.
+BENCHMARKS := resnet50 targets calibration_memory activation_dtype simulator calogan transformer_base external_encoder translator
 bench: setup
-	$(BIN)/python -m benchmarks.resnet50
+	$(BIN)/python -m models.translator build
+	for name in $(BENCHMARKS); do $(BIN)/python -m benchmarks.$$name || exit 1; done
+	$(BIN)/python -m benchmarks.readme
 
 # The reference translator: corpus from Debian catalogues, training (resumes; about 45 minutes
 # on 2 cores), INT8, validation reports, then its benchmark against ORT's quantizers.

@@ -1,0 +1,56 @@
+"""The README's results come from the committed benchmark files, and those files say where they
+were made."""
+
+import json
+
+from benchmarks import readme
+from benchmarks.results import write_results
+
+PROVENANCE = {"commit", "dirty", "date", "isa", "versions", "command"}
+# Written before benchmarks recorded their provenance: each leaves this list when its benchmark
+# is run again.
+PREDATE_PROVENANCE = {
+    "activation_dtype",
+    "calibration_memory",
+    "calogan",
+    "calogan_report",
+    "external_encoder",
+    "resnet50",
+    "simulator",
+    "transformer_base",
+    "translator",
+}
+
+
+def test_the_readme_results_are_what_the_committed_json_renders():
+    text = readme.README.read_text(encoding="utf-8")
+    assert readme.readme_with_results(text) == text, (
+        "run `python -m benchmarks.readme` after a benchmark"
+    )
+
+
+def test_only_the_results_that_predate_provenance_lack_it():
+    lacking = {
+        path.stem
+        for path in readme.RESULTS.glob("*.json")
+        if not PROVENANCE <= json.loads(path.read_text()).keys()
+    }
+    assert lacking == PREDATE_PROVENANCE
+
+
+def test_a_changed_figure_shows_in_the_rendered_readme(tmp_path, monkeypatch):
+    for path in readme.RESULTS.glob("*.json"):
+        (tmp_path / path.name).write_text(path.read_text())
+    monkeypatch.setattr(readme, "RESULTS", tmp_path)
+    before = readme.render()
+    data = json.loads((tmp_path / "translator.json").read_text())
+    data["bleu"]["ours"] = 12.5
+    (tmp_path / "translator.json").write_text(json.dumps(data))
+    after = readme.render()
+    assert "**12.50**" in after and "12.50" not in before
+
+
+def test_benchmark_results_are_written_with_their_provenance(tmp_path, monkeypatch):
+    monkeypatch.setattr("benchmarks.results.RESULTS", tmp_path)
+    path = write_results("probe", {"figure": 1.0}, "# probe\n")
+    assert PROVENANCE <= json.loads(path.read_text()).keys()
