@@ -15,13 +15,19 @@ def ort_quantize_static(
     calib: dict[str, np.ndarray] | list[dict],
     batch: int = 32,
     activations: str = "uint8",
+    transformer: bool = False,
 ) -> onnx.ModelProto:
     """ONNX Runtime's quantize_static: QDQ, uint8 activations, per-channel int8 weights, MinMax
     calibration, after its own quant_pre_process (the settings its docstring gives for VNNI CPUs),
     with `reduce_range` (7-bit weights) where this CPU's kernels saturate, as its docs advise for
-    non-VNNI machines. `calib` is arrays cut into `batch`-sized feeds, or a list of ready feeds."""
+    non-VNNI machines. `calib` is arrays cut into `batch`-sized feeds, or a list of ready feeds.
+
+    `transformer`: as ORT's transformer examples do, only MatMul and Gemm are quantized
+    (LayerNorm, Softmax, the mask Add stay float) and ranges are the 99.999th percentile,
+    not MinMax (one outlier channel would set them)."""
     from onnxruntime.quantization import (
         CalibrationDataReader,
+        CalibrationMethod,
         QuantFormat,
         QuantType,
         quantize_static,
@@ -40,6 +46,15 @@ def ort_quantize_static(
         def get_next(self):
             return next(self.batches, None)
 
+    transformer_options = (
+        {
+            "op_types_to_quantize": ["MatMul", "Gemm"],
+            "calibrate_method": CalibrationMethod.Percentile,
+            "extra_options": {"CalibPercentile": 99.999},
+        }
+        if transformer
+        else {}
+    )
     return _run_ort_quantizer(
         fp32,
         lambda prepared, output: quantize_static(
@@ -51,6 +66,7 @@ def ort_quantize_static(
             activation_type=QuantType.QUInt8 if activations == "uint8" else QuantType.QInt8,
             weight_type=QuantType.QInt8,
             reduce_range=saturates(host_target()),
+            **transformer_options,
         ),
     )
 
