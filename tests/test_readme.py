@@ -17,7 +17,6 @@ PREDATE_PROVENANCE = {
     "external_encoder",
     "resnet50",
     "simulator",
-    "transformer_base",
     "translator",
 }
 
