@@ -20,8 +20,18 @@ END = "<!-- results: end -->"
 
 def render() -> str:
     """The generated part of the README's Results section."""
-    sections = [_targets, _resnet50, _translator, _calogan, _external_encoder]
-    return "\n\n".join(section(_load(section.__name__[1:])) for section in sections)
+    resnet50 = [
+        _resnet50(path.stem, _load(path.stem)) for path in sorted(RESULTS.glob("resnet50_*.json"))
+    ]
+    return "\n\n".join(
+        [
+            _targets(_load("targets")),
+            *resnet50,
+            _translator(_load("translator")),
+            _calogan(_load("calogan")),
+            _external_encoder(_load("external_encoder")),
+        ]
+    )
 
 
 def readme_with_results(readme: str) -> str:
@@ -75,9 +85,14 @@ def _targets(d: dict) -> str:
     return title + "\n\n" + _table(header, rows, bold=3)
 
 
-def _resnet50(d: dict) -> str:
+def _resnet50(stem: str, d: dict) -> str:
+    """One run per CPU target; runs before the cleaned baseline existed compare with FP32 as exported."""
+    baseline = "fp32_clean" if "fp32_clean_throughput" in d else "fp32"
     names = {
-        "fp32": "ORT FP32",
+        "fp32": "FP32 as exported",
+        **(
+            {"fp32_clean": "FP32 after clean-up (the baseline)"} if baseline == "fp32_clean" else {}
+        ),
         "int8": "quantize INT8",
         "ort_quantize_static": "ORT `quantize_static`",
         "tflite_int8": "TFLite full-integer",
@@ -87,15 +102,16 @@ def _resnet50(d: dict) -> str:
             label,
             f"{d[f'top1_{name}']:.2f}",
             f"{d[f'{name}_throughput']:.1f}",
-            f"{d[f'{name}_throughput'] / d['fp32_throughput']:.2f}",
+            f"{d[f'{name}_throughput'] / d[f'{baseline}_throughput']:.2f}",
         ]
         for name, label in names.items()
     ]
     title = (
-        f"**ResNet-50 against the rival quantizers** (`make bench`, `resnet50.md`; {_where(d)}; "
-        f"top-1 on {d['accuracy_input']}, speed at {d['speed_input']}, batch 32):"
+        f"**ResNet-50 against the rival quantizers** (`python -m benchmarks.resnet50`, `{stem}.md`; "
+        f"{_where(d)}; top-1 on {d['accuracy_input']}, speed at {d['speed_input']}, batch 32):"
     )
-    return title + "\n\n" + _table(["model", "top-1 %", "img/s", "x FP32"], rows, bold=1)
+    header = ["model", "top-1 %", "img/s", f"x {names[baseline]}".replace(" (the baseline)", "")]
+    return title + "\n\n" + _table(header, rows, bold=list(names).index("int8"))
 
 
 def _translator(d: dict) -> str:

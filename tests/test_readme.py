@@ -15,7 +15,7 @@ PREDATE_PROVENANCE = {
     "calogan",
     "calogan_report",
     "external_encoder",
-    "resnet50",
+    "resnet50_vnni",
     "simulator",
     "translator",
 }
