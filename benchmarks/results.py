@@ -20,6 +20,7 @@ VERSIONED = (
     "keras",
     "tf2onnx",
     "ai-edge-litert",
+    "ray",
 )
 
 

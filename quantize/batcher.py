@@ -20,6 +20,11 @@ from dataclasses import dataclass
 from typing import Any
 
 RunBatch = Callable[[list], list]  # a batch of requests -> their results, same order
+Progress = Callable[[int, int], None]  # (requests done, requests in the run)
+
+
+def quiet(done: int, total: int) -> None:
+    """The default Progress: says nothing."""
 
 
 @dataclass(frozen=True)
@@ -113,12 +118,7 @@ class StreamPool:
             self._terminate()
             raise
 
-    def run(
-        self,
-        requests: Sequence[Any],
-        batches: list[list[int]],
-        progress: Callable[[int, int], None] = lambda done, total: None,
-    ) -> list:
+    def run(self, requests: Sequence[Any], batches: list[list[int]], progress: Progress = quiet):
         """Results of `batches` of `requests`, in input order; a failing batch raises here and
         closes the pool (its streams may still hold queued batches of this run)."""
         if not self._workers:
@@ -214,7 +214,7 @@ def run_batches(
     make_runner: Callable[[int], RunBatch],
     streams: int = 1,
     cores_per_stream: int | None = None,
-    progress: Callable[[int, int], None] = lambda done, total: None,
+    progress: Progress = quiet,
 ) -> list:
     """Run `batches` of `requests` on a fresh pool of `streams` pinned streams; results in input order."""
     with StreamPool(make_runner, streams, cores_per_stream) as pool:
@@ -226,7 +226,7 @@ def run_packed(
     lengths: Sequence[int],
     make_runner: Callable[[int], RunBatch],
     config: BatcherConfig = BatcherConfig(),
-    progress: Callable[[int, int], None] = lambda done, total: None,
+    progress: Progress = quiet,
 ) -> list:
     """Pack `requests` by `lengths` under the budget and run them on the configured streams."""
     batches = pack(lengths, config.token_budget, config.max_batch, config.max_padding)

@@ -60,6 +60,17 @@ def test_train_quantize_generate_compare(tmp_path):
             (f["energy"][:] >= 90) & (f["energy"][:] <= 110)
         )
         assert np.all(f["target"][:, 1] == f["energy"][:])
+    sharded = ["models.calogan", "generate", "-o", tmp_path / "shards", "--int8"]
+    sharded += [cache / "calogan" / "int8", "--energy", "90", "110", "--shard-size", "16"]
+    run = _run(*sharded, "--showers", "40", "--ray", cache=cache)  # a Ray started here
+    assert run.returncode == 0 and "3 written now" in run.stdout, run.stderr
+    manifest = json.loads((tmp_path / "shards" / "manifest.json").read_text())
+    assert [(s["first"], s["stop"]) for s in manifest["shards"]] == [(0, 16), (16, 32), (32, 40)]
+    run = _run(*sharded, "--showers", "40", cache=cache)  # resumed on local streams: all done
+    assert run.returncode == 0 and "0 written now" in run.stdout and "3 were already" in run.stdout
+    run = _run(*sharded, "--showers", "50", cache=cache)
+    assert run.returncode == 2 and "job.json: this folder holds another job" in run.stderr
+    assert "Traceback" not in run.stderr
     run = _run(
         "physics_metrics",
         tmp_path / "fp32.h5",

@@ -4,19 +4,22 @@ simulate --showers N -o FILE.h5           showers from the detector simulator
 train [--minutes M]                        train (or resume) the generator into the cache
 quantize [--ranges K] [--samples N] [-o DIR]  INT8 generators, one per energy range, from the cached training
 generate -o FILE.h5 [--int8 DIR]           showers from the FP32 (or INT8) generator, 3DGAN layout
+generate -o DIR [--ray [ADDRESS]] ...      the same in shards with a manifest, resumable, on Ray
 """
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
+from models.calogan.production import SHARD_SIZE
 from models.calogan.showers import write_showers
 from models.calogan.train import ENERGY_RANGE_GEV, TrainRecipe, train, training_folder
 from onnxio import InputError
+from quantize.batcher import StreamPool
 from quantize.cache import cache_dir
+from quantize.shards import run_job
 
 
 def main() -> int:
@@ -73,12 +76,15 @@ def main() -> int:
         help="folder (default: $QUANTIZE_CACHE/calogan/int8)",
     )
     gen = sub.add_parser(
-        "generate", help="showers from the cached generator into a 3DGAN-layout HDF5 file"
+        "generate",
+        help="showers from the cached generator: one 3DGAN-layout HDF5 file (-o FILE.h5) or a "
+        "folder of shards with a manifest (-o DIR), resumed when rerun",
     )
     gen.add_argument("-o", "--output", type=Path, required=True)
     gen.add_argument("--showers", type=int, default=1000)
     gen.add_argument(
         "--energy",
+        "--energies",
         type=float,
         nargs=2,
         default=ENERGY_RANGE_GEV,
@@ -88,6 +94,19 @@ def main() -> int:
     gen.add_argument("--seed", type=int, default=0)
     gen.add_argument(
         "--int8", type=Path, help="a folder written by `quantize`; default: the FP32 generator"
+    )
+    gen.add_argument(
+        "--shard-size",
+        type=int,
+        default=SHARD_SIZE,
+        help="showers per shard (default %(default)s); a shower's inputs depend on it",
+    )
+    gen.add_argument(
+        "--ray",
+        nargs="?",
+        const="local",
+        metavar="ADDRESS",
+        help="run the shards on a Ray cluster (ADDRESS, 'auto', or none: a Ray started here)",
     )
     args = parser.parse_args()
     try:
@@ -161,10 +180,7 @@ def _quantize(args) -> int:
 
 
 def _generate(args) -> int:
-    import onnx
-
-    from models.calogan.generate import EnergyRangeModels, latents, onnx_source
-    from physics_metrics.showerfile import write_shower_file
+    from models.calogan.production import ShowerJob
 
     low, high = args.energy
     if args.showers < 1 or not ENERGY_RANGE_GEV[0] <= low <= high <= ENERGY_RANGE_GEV[1]:
@@ -174,21 +190,63 @@ def _generate(args) -> int:
             file=sys.stderr,
         )
         return 2
-    rng = np.random.default_rng(args.seed)
-    energies = rng.uniform(low, high, args.showers)
-    source = (
-        EnergyRangeModels.load(args.int8).source()
-        if args.int8
-        else onnx_source(onnx.load(_fp32_onnx()))
+    if args.shard_size < 1:
+        print("python -m models.calogan: error: --shard-size must be at least 1", file=sys.stderr)
+        return 2
+    sharded = args.output.suffix != ".h5"
+    if args.ray and not sharded:
+        print(
+            f"python -m models.calogan: error: {args.output}: --ray writes a folder of shards, not one .h5 file",
+            file=sys.stderr,
+        )
+        return 2
+    job = ShowerJob(
+        str(args.int8 or _fp32_onnx()), args.showers, (low, high), args.seed, args.shard_size
     )
+    kind = "INT8" if args.int8 else "FP32"
     start = time.perf_counter()
-    showers = source(latents(energies, seed=args.seed + 1), energies)
+    if not sharded:
+        job.write_file(args.output)
+        seconds = time.perf_counter() - start
+        print(
+            f"wrote {args.showers} showers to {args.output} ({kind}, {args.showers / seconds:.0f} showers/s)"
+        )
+        return 0
+    ran, manifest = run_job(
+        job.sharded(args.output), job.make_writer, _pool_factory(args.ray), _progress()
+    )
     seconds = time.perf_counter() - start
-    write_shower_file(args.output, showers, energies)
+    shards = len(manifest["shards"])
     print(
-        f"wrote {args.showers} showers to {args.output} ({'INT8' if args.int8 else 'FP32'}, {args.showers / seconds:.0f} showers/s)"
+        f"{args.output}: {shards} shards of {args.showers} showers ({kind}); {len(ran)} written "
+        f"now ({sum(map(len, ran)) / seconds:.0f} showers/s), {shards - len(ran)} were already there"
     )
     return 0
+
+
+def _pool_factory(ray_address: str | None):
+    """Streams of this machine, one per core, or a Ray cluster's (every CPU it has)."""
+    if ray_address:
+        from quantize.ray_pool import RayPool
+
+        address = None if ray_address == "local" else ray_address
+        return lambda make_runner: RayPool(make_runner, address=address)
+    cores = len(os.sched_getaffinity(0))
+    return lambda make_runner: StreamPool(make_runner, streams=cores)
+
+
+def _progress():
+    start = time.perf_counter()
+
+    def report(done: int, total: int) -> None:
+        print(
+            f"\r{done}/{total} shards, {time.perf_counter() - start:.0f} s",
+            end="\n" if done == total else "",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    return report
 
 
 if __name__ == "__main__":
