@@ -11,6 +11,7 @@ decoder loop, numpy glue) holds the GIL, and with threads two streams of a fast 
 spent 10-15 % of their time waiting for each other.
 """
 
+import gc
 import multiprocessing
 import os
 import pickle
@@ -100,6 +101,9 @@ class StreamPool:
         cores_per_stream: int | None = None,
     ):
         context = multiprocessing.get_context("fork")
+        # Garbage left here would be finalized in the children: a Ray client's objects (after
+        # ray.shutdown) then abort the child as they stop threads that did not survive the fork.
+        gc.collect()
         self._tasks, self._results = context.Queue(), context.Queue()
         self._workers = [
             context.Process(

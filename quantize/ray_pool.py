@@ -21,7 +21,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from quantize.batcher import Progress, RunBatch, quiet
+from quantize.batcher import Progress, RunBatch, StreamPool, quiet
 
 IN_FLIGHT_PER_STREAM = 2
 
@@ -165,6 +165,16 @@ class RayPool:
 
     def __exit__(self, *exc) -> None:
         self.close()
+
+
+def pool_factory(ray_address: str | None, streams: int) -> Callable:
+    """`make_runner -> pool` for a command's `--ray [ADDRESS]` flag: a RayPool on the cluster at
+    the address ("local": a Ray started here) with every CPU it has, or without the flag a
+    StreamPool of `streams` streams on this machine."""
+    if not ray_address:
+        return lambda make_runner: StreamPool(make_runner, streams=streams)
+    address = None if ray_address == "local" else ray_address
+    return lambda make_runner: RayPool(make_runner, address=address)
 
 
 def _positions(batch: list[int]) -> str:

@@ -89,8 +89,14 @@ class ShardedJob:
 
             def run(shards: list[Shard]) -> list[str]:
                 for shard in shards:
-                    with atomic_path(paths(shard)) as tmp:
-                        write(shard, tmp)
+                    try:
+                        with atomic_path(paths(shard)) as tmp:
+                            write(shard, tmp)
+                    except Exception as exc:
+                        raise RuntimeError(
+                            f"{paths(shard).name} (items {shard.first} to {shard.stop - 1}): "
+                            f"{type(exc).__name__}: {exc}"
+                        ) from exc
                 return [paths(shard).name for shard in shards]
 
             return run

@@ -185,3 +185,20 @@ def test_a_node_killed_mid_job_loses_nothing_and_the_shards_match_one_process(tm
     assert killed and len(ran) == 12 and pools[0].streams_lost == 1
     assert {s["file"]: s["sha256"] for s in manifest["shards"]} == reference
     assert json.loads((tmp_path / "ray" / "manifest.json").read_text()) == manifest
+
+
+def test_a_failing_shard_is_named_with_its_items_and_leaves_no_file(tmp_path):
+    job = ShardedJob(tmp_path, {"what": "text"}, items=30, shard_size=10, suffix=".txt")
+
+    def make_writer(threads):
+        def write(shard, path):
+            path.write_text("partial")
+            if shard.index == 1:
+                raise ValueError("line 14 is not a sentence")
+
+        return write
+
+    run = job.runner(make_writer)(1)
+    with pytest.raises(RuntimeError, match=r"shard-0000000010-0000000020.txt \(items 10 to 19\)"):
+        run(job.open())
+    assert [p.name for p in tmp_path.glob("shard-*")] == ["shard-0000000000-0000000010.txt"]

@@ -168,3 +168,24 @@ def test_translate_cli_without_a_built_model_says_what_to_run(tmp_path):
         and "models.translator build" in done.stderr.decode()
         and "Traceback" not in done.stderr.decode()
     )
+
+
+def test_translate_to_a_file_in_shards_on_ray_equals_stdout_and_resumes(tiny, tmp_path):
+    _, _, english, root = tiny
+    lines = [*english[:12], "", *english[12:24]]
+    source = tmp_path / "in.txt"
+    source.write_bytes("\r\n".join(lines).encode() + b"\r\n")  # Windows line ends too
+    expected = _cli(["translate", str(source)], root)
+    assert expected.returncode == 0, expected.stderr
+    out = tmp_path / "out.de"
+    args = ["translate", str(source), "-o", str(out), "--shard-lines", "10"]
+    done = _cli([*args, "--ray"], root)
+    assert done.returncode == 0, done.stderr
+    assert "25 lines in 3 shards, 3 translated now" in done.stderr.decode()
+    assert out.read_bytes() == expected.stdout
+    assert len(list((tmp_path / "out.de.shards").glob("lines-*.txt"))) == 3
+    again = _cli(args, root)  # resumed on local streams: nothing left to translate
+    assert again.returncode == 0 and "0 translated now" in again.stderr.decode()
+    assert out.read_bytes() == expected.stdout
+    other = _cli([*args, "--beam", "2"], root)
+    assert other.returncode == 2 and "this folder holds another job" in other.stderr.decode()

@@ -17,8 +17,8 @@ from models.calogan.production import SHARD_SIZE
 from models.calogan.showers import write_showers
 from models.calogan.train import ENERGY_RANGE_GEV, TrainRecipe, train, training_folder
 from onnxio import InputError
-from quantize.batcher import StreamPool
 from quantize.cache import cache_dir
+from quantize.ray_pool import pool_factory
 from quantize.shards import run_job
 
 
@@ -212,9 +212,15 @@ def _generate(args) -> int:
             f"wrote {args.showers} showers to {args.output} ({kind}, {args.showers / seconds:.0f} showers/s)"
         )
         return 0
-    ran, manifest = run_job(
-        job.sharded(args.output), job.make_writer, _pool_factory(args.ray), _progress()
-    )
+    try:
+        ran, manifest = run_job(
+            job.sharded(args.output),
+            job.make_writer,
+            pool_factory(args.ray, len(os.sched_getaffinity(0))),
+            _progress(),
+        )
+    except RuntimeError as exc:  # a shard that failed, named with its showers
+        raise InputError(args.output, f"generation stopped: {exc}") from None
     seconds = time.perf_counter() - start
     shards = len(manifest["shards"])
     print(
@@ -222,17 +228,6 @@ def _generate(args) -> int:
         f"now ({sum(map(len, ran)) / seconds:.0f} showers/s), {shards - len(ran)} were already there"
     )
     return 0
-
-
-def _pool_factory(ray_address: str | None):
-    """Streams of this machine, one per core, or a Ray cluster's (every CPU it has)."""
-    if ray_address:
-        from quantize.ray_pool import RayPool
-
-        address = None if ray_address == "local" else ray_address
-        return lambda make_runner: RayPool(make_runner, address=address)
-    cores = len(os.sched_getaffinity(0))
-    return lambda make_runner: StreamPool(make_runner, streams=cores)
 
 
 def _progress():

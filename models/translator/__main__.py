@@ -1,7 +1,9 @@
 """`python -m models.translator build | quantize | translate [FILE] | bleu`.
 
 translate: one English sentence per line (FILE or stdin, UTF-8) -> one German line per input
-line, in order, through the bin-packing batcher. Empty lines give empty lines; sentences over
+line, in order, through the bin-packing batcher. With -o OUT the file is translated in shards
+kept in OUT.shards/ (resumed when the command is rerun), on this machine's streams or with
+--ray on a Ray cluster, and joined into OUT. Empty lines give empty lines; sentences over
 the model's `max_len` tokens are truncated (counted on stderr); bytes that are not UTF-8 are
 an error naming the file and line.
 """
@@ -13,10 +15,13 @@ import sys
 from pathlib import Path
 
 from calibration import METHODS
+from models.translator.production import SHARD_LINES, CorpusJob
 from models.translator.translate import Translator, TranslatorFiles, default_folder
-from onnxio import InputError
+from onnxio import InputError, write_text
 from quantize.batcher import BatcherConfig, run_packed
+from quantize.ray_pool import pool_factory
 from quantize.recipe import Recipe
+from quantize.shards import run_job
 
 
 def main() -> int:
@@ -54,7 +59,25 @@ def main() -> int:
         help="parallel inference instances, each pinned to its own cores",
     )
     t.add_argument("--token-budget", type=_at_least_one, default=BatcherConfig.token_budget)
+    t.add_argument(
+        "-o",
+        "--output",
+        type=Path,
+        help="write here instead of stdout, in resumable shards (OUT.shards/)",
+    )
+    t.add_argument(
+        "--shard-lines", type=_at_least_one, default=SHARD_LINES, help="default %(default)s"
+    )
+    t.add_argument(
+        "--ray",
+        nargs="?",
+        const="local",
+        metavar="ADDRESS",
+        help="with -o: run the shards on a Ray cluster (ADDRESS, 'auto', or none: a Ray started here)",
+    )
     args = parser.parse_args()
+    if args.command == "translate" and args.ray and not args.output:
+        parser.error("--ray needs -o OUT: the shards are written next to it")
     if args.command == "translate" and args.streams > len(os.sched_getaffinity(0)):
         parser.error(
             f"--streams {args.streams}: this machine gives the process {len(os.sched_getaffinity(0))} cores, one stream needs one"
@@ -111,6 +134,20 @@ def _translate(args) -> int:
                 "not built: run `python -m models.translator build` (and `quantize` for --int8)",
             )
     probe = Translator(files, threads=1)
+    if args.output:
+        _translate_to_file(args, lines, files)
+    else:
+        _translate_to_stdout(args, lines, files, probe)
+    truncated = probe.truncated(lines)
+    if truncated:
+        print(
+            f"note: {truncated} sentence(s) longer than {probe.max_len} tokens were truncated",
+            file=sys.stderr,
+        )
+    return 0
+
+
+def _translate_to_stdout(args, lines: list[str], files: TranslatorFiles, probe) -> None:
     config = BatcherConfig(token_budget=args.token_budget, streams=args.streams)
     for line in run_packed(
         lines,
@@ -119,13 +156,30 @@ def _translate(args) -> int:
         config,
     ):
         print(line)
-    truncated = probe.truncated(lines)
-    if truncated:
-        print(
-            f"note: {truncated} sentence(s) longer than {probe.max_len} tokens were truncated",
-            file=sys.stderr,
+
+
+def _translate_to_file(args, lines: list[str], files: TranslatorFiles) -> None:
+    if not lines:
+        write_text(args.output, "")
+        return
+    if args.input == "-":
+        raise InputError(
+            Path("-"), "-o translates a file in resumable shards: give FILE, not stdin"
         )
-    return 0
+    job = CorpusJob.of(
+        Path(args.input), len(lines), files, args.beam, args.token_budget, args.shard_lines
+    )
+    sharded = job.sharded(args.output.with_name(args.output.name + ".shards"))
+    try:
+        ran, manifest = run_job(sharded, job.make_writer, pool_factory(args.ray, args.streams))
+    except RuntimeError as exc:  # a shard that failed, named with its lines
+        raise InputError(Path(args.input), f"translation stopped: {exc}") from None
+    job.join(sharded, args.output)
+    print(
+        f"{args.output}: {len(lines)} lines in {len(manifest['shards'])} shards, "
+        f"{len(ran)} translated now",
+        file=sys.stderr,
+    )
 
 
 def _write_reports(results: dict, folder: Path) -> None:
