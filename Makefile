@@ -35,7 +35,7 @@ test: setup
 
 # Every benchmark (hours on 2 cores: the reference models are built first), then the README's
 # results tables from their JSON. One benchmark: python -m benchmarks.NAME, then python -m benchmarks.readme.
-BENCHMARKS := resnet50 targets calibration_memory activation_dtype simulator calogan transformer_base external_encoder translator
+BENCHMARKS := resnet50 targets calibration_memory activation_dtype simulator calogan scale_out transformer_base external_encoder translator
 bench: setup
 	$(BIN)/python -m models.translator build
 	for name in $(BENCHMARKS); do $(BIN)/python -m benchmarks.$$name || exit 1; done

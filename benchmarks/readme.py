@@ -29,6 +29,7 @@ def render() -> str:
             *resnet50,
             _translator(_load("translator")),
             _calogan(_load("calogan")),
+            _scale_out(_load("scale_out")),
             _external_encoder(_load("external_encoder")),
         ]
     )
@@ -185,6 +186,37 @@ def _calogan(d: dict) -> str:
         "max SF shift",
     ]
     return title + "\n\n" + _table(header, cells, bold=2)
+
+
+def _scale_out(d: dict) -> str:
+    local = sorted(d["local_showers_per_s"])[len(d["local_showers_per_s"]) // 2]
+    rows = [
+        ["local StreamPool", local, "(reference)"],
+        [
+            "Ray, one node",
+            local * d["ray_over_local_throughput"],
+            d["ray_output_identical_to_local"],
+        ],
+        [
+            "Ray, two nodes on this machine",
+            d["ray_two_nodes_showers_per_s"],
+            d["ray_output_identical_to_local"],
+        ],
+        [
+            "Ray, two nodes, one killed after the first shard",
+            d["ray_two_nodes_one_killed_showers_per_s"],
+            d["node_kill_output_identical"],
+        ],
+    ]
+    cells = [[name, f"{rate:.0f}", f"{rate / local:.2f}", str(same)] for name, rate, same in rows]
+    job = d["job"]
+    title = (
+        f"**Scale-out** (`python -m benchmarks.scale_out`, `scale_out.md`; {_where(d)}; "
+        f"{job['showers']} INT8 3DGAN showers in shards of {job['shard_size']}, "
+        f"{d['streams']} streams of one core; medians of {len(d['local_showers_per_s'])} runs for one node):"
+    )
+    header = ["run", "showers/s", "x local", "shards identical to local"]
+    return title + "\n\n" + _table(header, cells, bold=1)
 
 
 def _external_encoder(d: dict) -> str:
