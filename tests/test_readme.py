@@ -15,7 +15,6 @@ PREDATE_PROVENANCE = {
     "calogan",
     "calogan_report",
     "external_encoder",
-    "resnet50_vnni",
     "simulator",
     "translator",
 }
