@@ -86,11 +86,17 @@ class RayPool:
         address: str | None = None,
     ):
         ray = connect(address)
+        cpus = int(ray.cluster_resources().get("CPU", 0))
         if streams is None:
-            streams = max(1, int(ray.cluster_resources().get("CPU", 1)) // cores_per_stream)
+            streams = max(1, cpus // cores_per_stream)
         if streams < 1 or cores_per_stream < 1:
             raise ValueError(
                 f"{streams} streams x {cores_per_stream} cores: both must be at least 1"
+            )
+        if streams * cores_per_stream > cpus:  # Ray would wait for CPUs that never come
+            raise ValueError(
+                f"{streams} streams x {cores_per_stream} cores need more than the {cpus} CPUs "
+                "of this Ray cluster"
             )
         self._ray = ray
         self.streams_lost = 0  # streams that died under a run; their batches ran elsewhere

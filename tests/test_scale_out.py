@@ -138,6 +138,8 @@ def test_ray_pool_keeps_input_order_and_names_a_failing_batch(local_ray):
         assert len(pinned) == min(2, len(os.sched_getaffinity(0)))
         with pytest.raises(RuntimeError, match=r"batch 1 \(requests 2, 3\) failed: .*'bad'"):
             pool.run([0, 1, 2, "bad"], [[0, 1], [2, 3]])
+    with pytest.raises(ValueError, match="need more than the 2 CPUs of this Ray cluster"):
+        RayPool(make_runner, streams=3)
 
 
 def test_a_node_killed_mid_job_loses_nothing_and_the_shards_match_one_process(tmp_path, generator):
