@@ -1,10 +1,11 @@
 # The two set-up commands: `make demo` (the main job) and `make test` (the suite).
 # Both install what a fresh machine lacks: the Debian packages (Fashion-MNIST; qemu-user, which
-# the tests use to check the AVX2 INT8 path on any CPU) and a virtualenv.
+# the tests use to check the AVX2 INT8 path on any CPU; DejaVu fonts, which the zoo renders text
+# with) and a virtualenv.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-APT_PACKAGES := dataset-fashion-mnist qemu-user
+APT_PACKAGES := dataset-fashion-mnist qemu-user fonts-dejavu-core
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
 .PHONY: setup demo test bench translator clean
@@ -35,7 +36,7 @@ test: setup
 
 # Every benchmark (hours on 2 cores: the reference models are built first), then the README's
 # results tables from their JSON. One benchmark: python -m benchmarks.NAME, then python -m benchmarks.readme.
-BENCHMARKS := resnet50 targets calibration_memory activation_dtype simulator calogan scale_out transformer_base external_encoder translator
+BENCHMARKS := zoo resnet50 targets calibration_memory activation_dtype simulator calogan scale_out transformer_base external_encoder translator
 bench: setup
 	$(BIN)/python -m models.translator build
 	for name in $(BENCHMARKS); do $(BIN)/python -m benchmarks.$$name || exit 1; done

@@ -12,6 +12,7 @@ from onnxio import InputError, save_model
 from quantize.frontend import load_model
 from quantize.recipe import PRESETS, Recipe, RunOptions, preset, preset_for
 from quantize.target import TARGETS, host_target
+from quantize.validate import OUTPUT_FLOOR_DB
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -86,6 +87,12 @@ def parse_args(argv=None) -> argparse.Namespace:
         choices=["auto", *TARGETS],
         help="the CPU's INT8 path to make the model for: avx2 (also AVX-512 without VNNI; int8 weights kept within "
         "+-64 so the saturating kernels stay exact), vnni, amx; auto = this machine (default: the recipe's, auto)",
+    )
+    p.add_argument(
+        "--keep-low-fidelity",
+        action="store_true",
+        help=f"below {OUTPUT_FLOOR_DB:g} dB output SQNR, do not send the nodes that cost most back to FP32 "
+        "(the default does, scored on held-out calibration samples)",
     )
     p.add_argument(
         "--no-kernel-timing",
@@ -178,6 +185,8 @@ def run(args: argparse.Namespace) -> int:
         result = quantize(args.model, args.calib, recipe, options, _image_preprocess(args), advance)
     if args.max_drop is not None:
         result = _within_drop(result, evaluator, args.max_drop)
+    elif not args.keep_low_fidelity and min(result.output_sqnr_db.values()) < OUTPUT_FLOOR_DB:
+        result = _to_fidelity_floor(result)
     save_model(result.model, output)
     summary = report.summarize(result)
     summary["output"], summary["preset"] = str(output), source
@@ -225,6 +234,19 @@ def _carried_recipe(path: Path) -> Recipe:
         return Recipe.from_model(load_model(path))
     except ValueError as exc:
         raise InputError(path, str(exc)) from None
+
+
+def _to_fidelity_floor(result):
+    from quantize.fallback import to_fidelity_floor
+
+    found = to_fidelity_floor(result)
+    print(
+        f"quantize: output SQNR {found.score_before:.1f} dB was below the {OUTPUT_FLOOR_DB:g} dB floor: "
+        f"{len(found.fp32_nodes)} node(s) back to FP32 ({', '.join(found.fp32_nodes) or 'none helped'}), "
+        f"now {found.score_after:.1f} dB",
+        file=sys.stderr,
+    )
+    return found.result
 
 
 def _within_drop(result, evaluator, max_drop: float):

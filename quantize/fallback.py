@@ -5,6 +5,10 @@ sentence's cosine to FP32...). Each INT8 node with a weight is tried once in FP3
 rest in INT8 (a trial reuses the calibration: one lowering and one score); then nodes go
 back to FP32 in the order of what their trial gained, one at a time, until the score
 reaches `target` or `max_nodes` are back.
+
+Without a task metric, `to_fidelity_floor` scores the output SQNR on the held-out samples:
+the CLI's default when a model falls below the floor, so that low fidelity is fixed where a
+few nodes can fix it, not only reported.
 """
 
 from collections.abc import Callable
@@ -14,6 +18,7 @@ import onnx
 
 from quantize.pipeline import QuantizeResult, keep_fp32, qdq_model
 from quantize.policy import RULES
+from quantize.validate import OUTPUT_FLOOR_DB, output_sqnr
 
 Score = Callable[[onnx.ModelProto], float]
 
@@ -52,3 +57,14 @@ def fall_back(result: QuantizeResult, score: Score, target: float, max_nodes: in
         if after >= target:
             break
     return Fallback(best, target, before, after, list(chosen), gains)
+
+
+def to_fidelity_floor(result: QuantizeResult, max_nodes: int = 8) -> Fallback:
+    """Nodes back to FP32 until the worst output's SQNR on the held-out samples reaches the floor."""
+
+    def worst_output_sqnr(model: onnx.ModelProto) -> float:
+        return min(
+            output_sqnr(result.fp32_model, model, result.held_out, result.options.threads).values()
+        )
+
+    return fall_back(result, worst_output_sqnr, OUTPUT_FLOOR_DB, max_nodes)

@@ -312,6 +312,12 @@ def _smooth(
     return dict.fromkeys(scaling_muls(graph), "SmoothQuant's scaling of its input, FP32 by design")
 
 
+def cleaned_fp32(model_path) -> onnx.ModelProto:
+    """The FP32 graph INT8 starts from: the model after quantize's clean-up passes (the fair
+    FP32 baseline to time INT8 against)."""
+    return _for_ort(passes.cleanup(ir.serde.deserialize_model(load_model(model_path))))
+
+
 def _for_ort(model: ir.Model) -> onnx.ModelProto:
     """The protobuf form, where ONNX Runtime or the caller takes the model."""
     return ir.serde.serialize_model(model)
@@ -324,7 +330,8 @@ def input_specs(model: onnx.ModelProto) -> list[InputSpec]:
         if value.name in initializers:
             continue
         tensor = value.type.tensor_type
-        shape = tuple(d.dim_value if d.HasField("dim_value") else None for d in tensor.shape.dim)
+        # Paddle2ONNX writes an unknown dimension as dim_value -1
+        shape = tuple(d.dim_value if d.dim_value > 0 else None for d in tensor.shape.dim)
         specs.append(
             InputSpec(
                 value.name, shape, np.dtype(onnx.helper.tensor_dtype_to_np_dtype(tensor.elem_type))

@@ -162,8 +162,9 @@ PRESETS_NEEDING_MODEL = {"generator"}
 
 
 def preset_for(model: onnx.ModelProto) -> str:
-    """The preset a graph calls for: `transformer` where it has attention (Softmax next to
-    MatMuls), a LayerNorm (fused or as ReduceMean ... Sqrt) or an embedding table; else `cnn`."""
+    """The preset a graph calls for: `transformer` where it has attention (a Softmax over the
+    product of two activations), a LayerNorm (fused or as ReduceMean ... Sqrt) or an embedding
+    table; else `cnn` (a classifier's final MatMul and Softmax are not attention)."""
     ops = {n.op_type for n in model.graph.node}
     float_tables = {
         t.name
@@ -172,8 +173,30 @@ def preset_for(model: onnx.ModelProto) -> str:
     }
     embedding = any(n.op_type == "Gather" and n.input[0] in float_tables for n in model.graph.node)
     layer_norm = "LayerNormalization" in ops or {"ReduceMean", "Sqrt"} <= ops
-    attention = {"Softmax", "MatMul"} <= ops
+    attention = any(_is_attention_softmax(n, model) for n in model.graph.node)
     return "transformer" if embedding or layer_norm or attention else "cnn"
+
+
+def _is_attention_softmax(softmax: onnx.NodeProto, model: onnx.ModelProto) -> bool:
+    """A Softmax whose input comes, through scaling or masking, from a MatMul of two activations."""
+    if softmax.op_type != "Softmax":
+        return False
+    constants = {t.name for t in model.graph.initializer} | {
+        o for n in model.graph.node if n.op_type == "Constant" for o in n.output
+    }
+    producer = {o: n for n in model.graph.node for o in n.output}
+    frontier, seen = [softmax.input[0]], set()
+    while frontier:
+        node = producer.get(frontier.pop())
+        if node is None or node.name in seen:
+            continue
+        seen.add(node.name)
+        if node.op_type == "MatMul":
+            if not constants & set(node.input):
+                return True
+        elif node.op_type in ("Add", "Mul", "Div", "Sub", "Where", "Cast", "Reshape"):
+            frontier.extend(i for i in node.input if i not in constants)
+    return False
 
 
 def preset(name: str, model: onnx.ModelProto, **changes) -> Recipe:

@@ -16,11 +16,7 @@ from quantize import bench
 from quantize.pipeline import QuantizeResult
 from quantize.recipe import Recipe
 from quantize.target import host_isa, host_target
-
-OUTPUT_FLOOR_DB = (
-    20.0  # below it, or any layer below LAYER_FLOOR_DB, the summary says fidelity is low
-)
-LAYER_FLOOR_DB = 0.0  # noise above signal
+from quantize.validate import LAYER_FLOOR_DB, OUTPUT_FLOOR_DB
 
 
 def summarize(result: QuantizeResult) -> dict:

@@ -5,6 +5,9 @@ import onnx
 
 from quantize.runtime import session
 
+OUTPUT_FLOOR_DB = 20.0  # below it, or any layer below LAYER_FLOOR_DB, fidelity is low
+LAYER_FLOOR_DB = 0.0  # noise above signal
+
 
 def sqnr_db(reference: np.ndarray, approximation: np.ndarray) -> float:
     noise = np.sum((reference.astype(np.float64) - approximation) ** 2)

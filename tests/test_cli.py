@@ -279,8 +279,8 @@ def test_auto_preset_picks_the_transformer_recipe_for_attention_and_cnn_otherwis
     )
 
 
-def test_low_fidelity_is_said_plainly_with_the_worst_layers_and_what_to_try(tmp_path):
-    """One input channel 1e4 times the rest, which the output depends on as much: per-tensor
+def _model_with_an_outlier_channel(tmp_path):
+    """m.onnx and x.npy: one input channel 1e4 times the rest, which the output depends on as much: per-tensor
     uint8 rounds the small ones away."""
     rng = np.random.default_rng(0)
     w = rng.normal(0, 1, (16, 4)).astype(np.float32)
@@ -298,6 +298,10 @@ def test_low_fidelity_is_said_plainly_with_the_worst_layers_and_what_to_try(tmp_
     x = rng.normal(0, 1, (80, 16)).astype(np.float32)
     x[:, 0] *= 1e4
     np.save(tmp_path / "x.npy", x)
+
+
+def test_low_fidelity_is_said_plainly_with_the_worst_layers_and_what_to_try(tmp_path):
+    _model_with_an_outlier_channel(tmp_path)
     run = quantize(
         tmp_path / "m.onnx",
         "--calib",
@@ -309,6 +313,7 @@ def test_low_fidelity_is_said_plainly_with_the_worst_layers_and_what_to_try(tmp_
         "minmax",
         "--report",
         tmp_path / "r.html",
+        "--keep-low-fidelity",
     )
     assert run.returncode == 0, run.stderr
     fidelity = json.loads(run.stdout)["fidelity"]
@@ -320,6 +325,27 @@ def test_low_fidelity_is_said_plainly_with_the_worst_layers_and_what_to_try(tmp_
         and "--exclude" in warning[0]
     )
     assert "Verdict: fidelity is LOW" in (tmp_path / "r.html").read_text()
+
+
+def test_below_the_fidelity_floor_the_nodes_that_cost_most_go_back_to_fp32_by_default(tmp_path):
+    _model_with_an_outlier_channel(tmp_path)
+    run = quantize(
+        tmp_path / "m.onnx",
+        "--calib",
+        tmp_path / "x.npy",
+        "-o",
+        tmp_path / "q.onnx",
+        "--json",
+        "--method",
+        "minmax",
+    )
+    assert run.returncode == 0, run.stderr
+    summary = json.loads(run.stdout)
+    assert (
+        summary["fidelity"]["verdict"] == "ok" and summary["fidelity"]["output_sqnr_db_min"] >= 20
+    )
+    assert [d["name"] for d in summary["coverage"]["fp32_nodes"]] == ["mm"]
+    assert "was below the 20 dB floor: 1 node(s) back to FP32 (mm)" in run.stderr
 
 
 def test_a_model_is_quantized_again_with_the_recipe_it_carries(conv_model, calib_npz, tmp_path):

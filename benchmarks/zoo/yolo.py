@@ -1,0 +1,51 @@
+"""The YOLOv8n detector NudeNet ships (PyPI nudenet; an Ultralytics export through
+torch.onnx at opset 17): 18 body-part classes, 2100 anchors at 320 x 320. Inputs are crops of the
+photographs Debian's python3-skimage ships, fed as NudeNet does (RGB, x/255); calibration and
+evaluation take different random crops."""
+
+import numpy as np
+
+from benchmarks.zoo.sources import photos, wheel_member
+from benchmarks.zoo.zoo_model import ZooModel
+
+PACKAGE, VERSION, FILE = "nudenet", "3.4.2", "nudenet/320n.onnx"
+SIDE = 320
+TOP_ANCHORS = 10  # per image, the anchors FP32 scores highest
+BOX_TOLERANCE, SCORE_TOLERANCE = 0.02, 0.02  # of the image side; of a class score
+
+
+def models() -> list[ZooModel]:
+    return [
+        ZooModel(
+            "YOLOv8n (NudeNet)",
+            "Ultralytics (torch.onnx)",
+            f"top-{TOP_ANCHORS} anchors: box within 2 %, scores within 0.02 on >= 95 %",
+            lambda: wheel_member(PACKAGE, VERSION, FILE),
+            lambda n: {"images": np.stack([_crop(i, "calibration") for i in range(n)])},
+            lambda n: [{"images": _crop(i, "evaluation")[None]} for i in range(n)],
+            _top_anchor_agreement,
+        )
+    ]
+
+
+def _crop(index: int, split: str) -> np.ndarray:
+    rng = np.random.default_rng([index, split == "evaluation"])
+    pictures = photos()
+    picture = pictures[index % len(pictures)]
+    side = int(min(picture.size) * rng.uniform(0.5, 1.0))
+    left = int(rng.integers(0, picture.width - side + 1))
+    top = int(rng.integers(0, picture.height - side + 1))
+    crop = picture.crop((left, top, left + side, top + side)).resize((SIDE, SIDE))
+    return (np.asarray(crop, np.float32) / 255.0).transpose(2, 0, 1).copy()
+
+
+def _top_anchor_agreement(feeds, fp32, int8) -> dict:
+    close = []
+    for ref, out in zip(fp32, int8):
+        ref, out = ref[0][0], out[0][0]  # (4 box + 18 class rows, anchors)
+        top = np.argsort(-ref[4:].max(0))[:TOP_ANCHORS]
+        box_error = np.abs(ref[:4, top] - out[:4, top]).max(0) / SIDE
+        score_error = np.abs(ref[4:, top] - out[4:, top]).max(0)
+        close.append((box_error <= BOX_TOLERANCE) & (score_error <= SCORE_TOLERANCE))
+    share = float(np.concatenate(close).mean())
+    return {"value": share, "anchors": int(np.concatenate(close).size), "meets": share >= 0.95}
