@@ -1,0 +1,155 @@
+"""Every zoo model quantized by the CLI with its defaults (`quantize MODEL --calib DATA`), its task fidelity against FP32, and its speed
+against FP32 (as exported, and after quantize's clean-up: the graph INT8 starts from) and against
+ONNX Runtime's quantize_static and quantize_dynamic set up as their docs advise. A rival that
+fails is recorded with its error."""
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from benchmarks.rivals import ort_quantize_dynamic, ort_quantize_static
+from benchmarks.zoo import minilm, ppocr, yolo
+from benchmarks.zoo.zoo_model import ZooModel
+from quantize.bench import compare_sessions
+from quantize.pipeline import cleaned_fp32
+from quantize.runtime import session
+
+FULL = {"calibration": 256, "evaluation": 120, "seconds": 8.0}
+QUICK = {"calibration": 16, "evaluation": 12, "seconds": 0.0}
+RIVALS = ("ort_static", "ort_dynamic")
+
+
+def all_models() -> list[ZooModel]:
+    return [*minilm.models(), *ppocr.models(), *yolo.models()]
+
+
+def run_model(model: ZooModel, calibration: int, evaluation: int, seconds: float) -> dict:
+    """Quantize `model` as a user would, then measure fidelity (and speed when `seconds`)."""
+    path = model.build()
+    fp32 = onnx.load(path)
+    record = {
+        "name": model.name,
+        "exporter": model.exporter,
+        "opset": next(o.version for o in fp32.opset_import if o.domain in ("", "ai.onnx")),
+        "fidelity_target": model.fidelity_target,
+        "fidelity": None,
+        "meets_fidelity": False,
+        "int8_over_fp32_cleaned": None,
+        "int8_over_ort_static": None,
+    }
+    with tempfile.TemporaryDirectory() as tmp:
+        calib, int8_path = Path(tmp) / "calib.npz", Path(tmp) / "int8.onnx"
+        np.savez(calib, **model.calibration(calibration))
+        run = subprocess.run(
+            [sys.executable, "-m", "quantize", str(path), "--calib", str(calib)]
+            + ["-o", str(int8_path), "--json"],
+            capture_output=True,
+            text=True,
+        )
+        record["status"] = _status(run)
+        if run.returncode:
+            return record
+        summary = json.loads(run.stdout)
+        variants = {"fp32": fp32, "fp32_cleaned": cleaned_fp32(path), "int8": onnx.load(int8_path)}
+    record.update(
+        preset=summary["preset"],
+        target=summary["recipe"]["target"],
+        output_sqnr_db=summary["fidelity"]["output_sqnr_db_min"],
+        verdict=summary["fidelity"]["verdict"],
+    )
+    record["rivals"] = {}
+    for name, make in (
+        (
+            "ort_static",
+            lambda: ort_quantize_static(
+                fp32, model.calibration(calibration), 8, transformer=model.transformer
+            ),
+        ),
+        ("ort_dynamic", lambda: ort_quantize_dynamic(fp32)),
+    ):
+        try:
+            variants[name] = make()
+            record["rivals"][name] = {"status": "ok"}
+        except Exception as exc:  # a rival's failure is a result, recorded as it reads
+            record["rivals"][name] = {"status": _error_line(exc)}
+    feeds = model.evaluation(evaluation)
+    outputs = {}
+    for name, variant in list(variants.items()):
+        try:
+            runner = session(variant)
+            outputs[name] = [runner.run(None, feed) for feed in feeds]
+        except Exception as exc:
+            record["rivals"][name] = {"status": f"does not run: {_error_line(exc)}"}
+            del variants[name]
+    fidelity = {
+        name: model.fidelity(feeds, outputs["fp32"], outputs[name])
+        for name in outputs
+        if name != "fp32"
+    }
+    record["fidelity"], record["meets_fidelity"] = (
+        fidelity["int8"]["value"],
+        fidelity["int8"]["meets"],
+    )
+    record["fidelity_detail"] = fidelity
+    if seconds:
+        speed = compare_sessions(variants, feeds[0], min_seconds=seconds)
+        ours = speed["int8"]["throughput"]
+        record["throughput"] = {name: s["throughput"] for name, s in speed.items()}
+        record["bench_shape"] = {k: list(v.shape) for k, v in feeds[0].items()}
+        for name in ("fp32_cleaned", "fp32", *RIVALS):
+            record[f"int8_over_{name}"] = (
+                ours / speed[name]["throughput"] if name in speed else None
+            )
+    return record
+
+
+def _status(run: subprocess.CompletedProcess) -> str:
+    if run.returncode == 0:
+        return "ok"
+    lines = run.stderr.strip().splitlines()
+    return lines[-1] if lines else f"exit status {run.returncode}"
+
+
+def _error_line(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"[:200]
+
+
+def markdown(records: list[dict]) -> str:
+    def ratio(value):
+        return "-" if value is None else f"{value:.2f}x"
+
+    def rival_fidelity(r, name):
+        detail = r.get("fidelity_detail", {}).get(name)
+        return (
+            f"{detail['value']:.4f}"
+            if detail
+            else r.get("rivals", {}).get(name, {}).get("status", "-")
+        )
+
+    def fidelity(r):
+        value = "-" if r["fidelity"] is None else f"{r['fidelity']:.4f}"
+        return f"{value} {'meets' if r['meets_fidelity'] else 'misses'}"
+
+    rows = [
+        f"| {r['name']} | {r['exporter']} | {r['opset']} | {r['status']} | {r.get('preset', '-')} "
+        f"| {fidelity(r)} "
+        f"| {r['fidelity_target']} | {ratio(r['int8_over_fp32_cleaned'])} | {ratio(r.get('int8_over_fp32'))} "
+        f"| {ratio(r['int8_over_ort_static'])} | {ratio(r.get('int8_over_ort_dynamic'))} "
+        f"| {rival_fidelity(r, 'ort_static')} | {rival_fidelity(r, 'ort_dynamic')} |"
+        for r in records
+    ]
+    return "\n".join(
+        [
+            "# Model zoo: `quantize MODEL --calib DATA` with the CLI's defaults",
+            "",
+            "| model | exporter | opset | status | preset (auto) | fidelity | target | x FP32 cleaned | x FP32 as exported | x ORT static | x ORT dynamic | ORT static fidelity | ORT dynamic fidelity |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+            *rows,
+        ]
+    )
