@@ -5,7 +5,9 @@ import argparse
 import json
 
 from benchmarks.results import write_results
-from benchmarks.zoo.run import FULL, QUICK, all_models, markdown, run_model
+from benchmarks.zoo.run import FULL, QUICK, all_models, run_model, table
+
+TITLE = "# Model zoo: `quantize MODEL --calib DATA` with the CLI's defaults"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -19,9 +21,9 @@ def main(argv: list[str] | None = None) -> None:
         records.append(run_model(model, **(QUICK if args.quick else FULL)))
         print(json.dumps(records[-1], default=float), flush=True)
     if args.quick or args.only:
-        print(markdown(records))
+        print(table(records))
     else:
-        write_results("zoo", {"models": records}, markdown(records))
+        write_results("zoo", {"models": records}, f"{TITLE}\n\n{table(records)}")
 
 
 if __name__ == "__main__":

@@ -120,7 +120,9 @@ def _error_line(exc: Exception) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:200]
 
 
-def markdown(records: list[dict]) -> str:
+def table(records: list[dict]) -> str:
+    """The results as a Markdown table, a row per model."""
+
     def ratio(value):
         return "-" if value is None else f"{value:.2f}x"
 
@@ -146,8 +148,6 @@ def markdown(records: list[dict]) -> str:
     ]
     return "\n".join(
         [
-            "# Model zoo: `quantize MODEL --calib DATA` with the CLI's defaults",
-            "",
             "| model | exporter | opset | status | preset (auto) | fidelity | target | x FP32 cleaned | x FP32 as exported | x ORT static | x ORT dynamic | ORT static fidelity | ORT dynamic fidelity |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
             *rows,
