@@ -31,7 +31,6 @@ def render() -> str:
             _calogan(_load("calogan")),
             _scale_out(_load("scale_out")),
             _external_encoder(_load("external_encoder")),
-            _zoo(_load("zoo")),
         ]
     )
 
@@ -248,14 +247,3 @@ def _external_encoder(d: dict) -> str:
 
 if __name__ == "__main__":
     main()
-
-
-def _zoo(d: dict) -> str:
-    from benchmarks.zoo.run import table
-
-    return (
-        "**Model zoo: real packaged models, `quantize MODEL --calib DATA` with the CLI's defaults** "
-        f"(`python -m benchmarks.zoo`, `zoo.md`; {_where(d)}; fidelity is the task metric against "
-        "FP32 on held-out inputs, speed at the served batch in the JSON's `bench_shape`):\n\n"
-        + table(d["models"])
-    )

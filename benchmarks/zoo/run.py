@@ -20,7 +20,7 @@ from quantize.pipeline import cleaned_fp32
 from quantize.runtime import session
 
 FULL = {"calibration": 256, "evaluation": 120, "seconds": 8.0}
-QUICK = {"calibration": 16, "evaluation": 12, "seconds": 0.0}
+QUICK = {"calibration": 16, "evaluation": 12, "seconds": 0.0, "rivals": False}
 RIVALS = ("ort_static", "ort_dynamic")
 
 
@@ -28,8 +28,11 @@ def all_models() -> list[ZooModel]:
     return [*minilm.models(), *ppocr.models(), *yolo.models()]
 
 
-def run_model(model: ZooModel, calibration: int, evaluation: int, seconds: float) -> dict:
-    """Quantize `model` as a user would, then measure fidelity (and speed when `seconds`)."""
+def run_model(
+    model: ZooModel, calibration: int, evaluation: int, seconds: float, rivals: bool = True
+) -> dict:
+    """Quantize `model` as a user would, then measure fidelity (and speed when `seconds`), of
+    ONNX Runtime's quantizers too when `rivals`."""
     path = model.build()
     fp32 = onnx.load(path)
     record = {
@@ -64,13 +67,17 @@ def run_model(model: ZooModel, calibration: int, evaluation: int, seconds: float
     )
     record["rivals"] = {}
     for name, make in (
-        (
-            "ort_static",
-            lambda: ort_quantize_static(
-                fp32, model.calibration(calibration), 8, transformer=model.transformer
+        ()
+        if not rivals
+        else (
+            (
+                "ort_static",
+                lambda: ort_quantize_static(
+                    fp32, model.calibration(calibration), 8, transformer=model.transformer
+                ),
             ),
-        ),
-        ("ort_dynamic", lambda: ort_quantize_dynamic(fp32)),
+            ("ort_dynamic", lambda: ort_quantize_dynamic(fp32)),
+        )
     ):
         try:
             variants[name] = make()
