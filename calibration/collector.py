@@ -1,8 +1,9 @@
 """Run the FP32 model over the calibration stream and histogram every observed activation.
 
 Unlike ONNX Runtime's calibrators, which keep every activation of every sample until the
-end, each batch's activations are folded into fixed-size histograms and dropped: peak memory
-is one batch of activations plus `bins` counters per tensor, whatever the sample count.
+end, each batch's activations are folded into fixed-size histograms and dropped, and no run
+fetches more than `onnxio.FETCH_BUDGET` bytes of them (`ObservingSession`): peak memory is that
+budget plus `bins` counters per tensor, whatever the sample count, batch size or input size.
 """
 
 from collections.abc import Callable
@@ -12,7 +13,7 @@ import onnx
 
 from calibration.data import CalibrationSource
 from calibration.histogram import StreamingHistogram
-from onnxio import cpu_session
+from onnxio import ObservingSession
 
 
 def collect_histograms(
@@ -25,14 +26,13 @@ def collect_histograms(
     progress: Callable[[int, int], None] = lambda done, total: None,
 ) -> dict[str, StreamingHistogram]:
     """Histograms of `tensors` over the first `num_samples` samples of `source`."""
-    observed = _with_outputs(model, tensors)
-    sess = cpu_session(observed, threads)
+    observer = ObservingSession(model, tensors, threads)
     histograms = {name: StreamingHistogram() for name in tensors}
     done = 0
     for batch in source.batches(0, num_samples, batch_size):
-        values = sess.run(tensors, batch)
-        for name, value in zip(tensors, values):
-            histograms[name].update(value)
+        for fetched in observer.run(batch):
+            for name, value in fetched.items():
+                histograms[name].update(value)
         done += source.samples_in(batch)
         progress(done, num_samples)
     return histograms
@@ -47,22 +47,10 @@ def collect_channel_absmax(
     threads: int = 0,
 ) -> dict[str, np.ndarray]:
     """The largest |value| of each channel (last axis) of `tensors`: one vector per tensor."""
-    sess = cpu_session(_with_outputs(model, tensors), threads)
+    observer = ObservingSession(model, tensors, threads)
     absmax: dict[str, np.ndarray] = {}
     for batch in source.batches(0, num_samples, batch_size):
-        for name, value in zip(tensors, sess.run(tensors, batch)):
+        for name, value in (item for fetched in observer.run(batch) for item in fetched.items()):
             channel = np.abs(value.reshape(-1, value.shape[-1])).max(axis=0)
             absmax[name] = np.maximum(absmax[name], channel) if name in absmax else channel
     return absmax
-
-
-def _with_outputs(model: onnx.ModelProto, tensors: list[str]) -> onnx.ModelProto:
-    observed = onnx.ModelProto()
-    observed.CopyFrom(model)
-    present = {o.name for o in observed.graph.output}
-    for name in tensors:
-        if name not in present:
-            observed.graph.output.append(
-                onnx.helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None)
-            )
-    return observed

@@ -5,6 +5,15 @@ and plain ONNX Runtime CPU sessions. A leaf: `calibration`, `quantize`, `models`
 
 from onnxio.errors import InputError
 from onnxio.files import atomic_path, is_large, save_model, write_text
-from onnxio.session import cpu_session
+from onnxio.session import ObservingSession, cpu_session, with_outputs
 
-__all__ = ["InputError", "atomic_path", "cpu_session", "is_large", "save_model", "write_text"]
+__all__ = [
+    "InputError",
+    "ObservingSession",
+    "atomic_path",
+    "cpu_session",
+    "is_large",
+    "save_model",
+    "with_outputs",
+    "write_text",
+]

@@ -5,8 +5,10 @@ the target check on top of this.
 """
 
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import onnx
 import onnxruntime as ort
 
@@ -46,3 +48,89 @@ def cpu_session(
         path = Path(tmp) / "model.onnx"
         save_model(model, path)
         return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+
+
+def with_outputs(model: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
+    """A copy of `model` with the float tensors `names` added to its outputs."""
+    exposed = onnx.ModelProto()
+    exposed.CopyFrom(model)
+    present = {o.name for o in exposed.graph.output}
+    exposed.graph.output.extend(
+        onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None)
+        for n in names
+        if n not in present
+    )
+    return exposed
+
+
+FETCH_BUDGET = 1 << 30  # bytes of intermediate tensors one ORT run of an ObservingSession may hold
+_PROBE_GROUP = 32  # tensors fetched per run while their sizes are still unknown
+
+
+class ObservingSession:
+    """A CPU session over `model` that fetches its intermediate tensors `names`, never more than
+    `budget` bytes of them in one run.
+
+    ORT keeps every fetched tensor of a run alive until the run returns, so fetching all the
+    activations of a batch at once holds them all (a 640x640 detector at batch 32 exceeds 24 GiB).
+    A run is cut into sub-batches of rows where the batch dimension is free and `split_rows`
+    allows, and the fetch list into groups that fit the budget at that many rows. Sizes per
+    row are measured on the first feeds and grow with any larger feeds seen later.
+    """
+
+    def __init__(
+        self, model: onnx.ModelProto, names: list[str], threads: int = 0, budget: int = FETCH_BUDGET
+    ):
+        self._session = cpu_session(with_outputs(model, names), threads)
+        self._names = list(names)
+        self._budget = budget
+        self._row_bytes: dict[str, float] = {}
+        self._free_batch = all(
+            not i.shape or not isinstance(i.shape[0], int) for i in self._session.get_inputs()
+        )
+
+    def run(self, feeds: dict[str, np.ndarray], split_rows: bool = True) -> Iterator[dict]:
+        """The tensors `names` for `feeds`, as dicts (name -> array) whose sizes fit the budget:
+        a dict per group of names and sub-batch of rows."""
+        rows = _common_rows(feeds)
+        free = self._free_batch and rows is not None
+        if not self._row_bytes:
+            self._learn_sizes({k: v[:1] for k, v in feeds.items()} if free else feeds)
+        whole = step = rows or 1
+        if split_rows and free:
+            step = max(1, min(rows, int(self._budget // max(sum(self._row_bytes.values()), 1))))
+        for start in range(0, whole, step):
+            part = (
+                feeds if step == whole else {k: v[start : start + step] for k, v in feeds.items()}
+            )
+            for group in self._groups(step):
+                yield self._fetch(group, part)
+
+    def _learn_sizes(self, feeds: dict) -> None:
+        """Each tensor's size per row, fetched a few at a time (on one row where the batch is free)."""
+        for start in range(0, len(self._names), _PROBE_GROUP):
+            self._fetch(self._names[start : start + _PROBE_GROUP], feeds)
+
+    def _groups(self, rows: int) -> list[list[str]]:
+        groups, current, size = [], [], 0.0
+        for name in self._names:
+            grows = self._row_bytes[name] * rows
+            if current and size + grows > self._budget:
+                groups.append(current)
+                current, size = [], 0.0
+            current.append(name)
+            size += grows
+        return [*groups, current] if current else groups
+
+    def _fetch(self, group: list[str], feeds: dict) -> dict[str, np.ndarray]:
+        rows = _common_rows(feeds) or 1
+        fetched = dict(zip(group, self._session.run(group, feeds)))
+        for name, value in fetched.items():
+            self._row_bytes[name] = max(self._row_bytes.get(name, 0.0), value.nbytes / rows)
+        return fetched
+
+
+def _common_rows(feeds: dict[str, np.ndarray]) -> int | None:
+    """The batch size every feed shares, or None (a scalar feed, or feeds that differ)."""
+    sizes = {v.shape[0] if np.ndim(v) else None for v in feeds.values()}
+    return sizes.pop() if len(sizes) == 1 else None

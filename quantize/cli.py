@@ -187,6 +187,7 @@ def run(args: argparse.Namespace) -> int:
         result = _within_drop(result, evaluator, args.max_drop)
     elif not args.keep_low_fidelity and min(result.output_sqnr_db.values()) < OUTPUT_FLOOR_DB:
         result = _to_fidelity_floor(result)
+    result = _faster_than_fp32(result)
     save_model(result.model, output)
     summary = report.summarize(result)
     summary["output"], summary["preset"] = str(output), source
@@ -247,6 +248,15 @@ def _to_fidelity_floor(result):
         file=sys.stderr,
     )
     return found.result
+
+
+def _faster_than_fp32(result):
+    from quantize.pipeline import keep_fp32_if_slower
+
+    checked = keep_fp32_if_slower(result)
+    if checked.model is not result.model:
+        print(f"quantize: warning: {checked.speed_check}", file=sys.stderr)
+    return checked
 
 
 def _within_drop(result, evaluator, max_drop: float):
@@ -360,6 +370,7 @@ def _print_summary(s: dict, report_path: Path | None) -> None:
     recipe = s["recipe"]
     facts.add_row("target", f"{recipe['target']} (this CPU: {host_target()})")
     facts.add_row("kernel timing", s["kernel_timing"])
+    facts.add_row("speed check", s["speed_check"])
     facts.add_row(
         "calibration",
         f"{s['calibration']['samples']} samples, {s['calibration']['seconds']:.1f} s, method {recipe['ranges']['name']}",

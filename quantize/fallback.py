@@ -18,7 +18,7 @@ import onnx
 
 from quantize.pipeline import QuantizeResult, keep_fp32, qdq_model
 from quantize.policy import RULES
-from quantize.validate import OUTPUT_FLOOR_DB, output_sqnr
+from quantize.validate import OUTPUT_FLOOR_DB, model_outputs, sqnr_against
 
 Score = Callable[[onnx.ModelProto], float]
 
@@ -62,9 +62,10 @@ def fall_back(result: QuantizeResult, score: Score, target: float, max_nodes: in
 def to_fidelity_floor(result: QuantizeResult, max_nodes: int = 8) -> Fallback:
     """Nodes back to FP32 until the worst output's SQNR on the held-out samples reaches the floor."""
 
+    held_out, threads = result.held_out, result.options.threads
+    reference = model_outputs(result.fp32_model, held_out, threads)  # once, not per trial
+
     def worst_output_sqnr(model: onnx.ModelProto) -> float:
-        return min(
-            output_sqnr(result.fp32_model, model, result.held_out, result.options.threads).values()
-        )
+        return min(sqnr_against(reference, model, held_out, threads).values())
 
     return fall_back(result, worst_output_sqnr, OUTPUT_FLOOR_DB, max_nodes)

@@ -22,10 +22,10 @@ import onnx
 import onnx_ir as ir
 from onnx import TensorProto, helper, numpy_helper
 
+from onnxio import ObservingSession
 from quantize import bench
 from quantize.passes.insert_qdq import weight_channel_axis
 from quantize.qparams import quantize_bias, quantize_weight
-from quantize.validate import run_with_outputs
 
 TIMED_OPS = {"Conv", "Gemm", "MatMul"}
 MARGIN = 0.10  # FP32 must be this much faster (relative) to win ...
@@ -155,13 +155,8 @@ def _input_shapes(
 ) -> dict[str, tuple[int, ...]]:
     names = list({n.inputs[0].name: None for n in nodes if n.inputs[0].name not in feeds})
     shapes = {name: feeds[name].shape for name in {n.inputs[0].name for n in nodes} & set(feeds)}
-    if names:
-        shapes.update(
-            {
-                name: value.shape
-                for name, value in zip(names, run_with_outputs(model, names, feeds, threads))
-            }
-        )
+    for fetched in ObservingSession(model, names, threads).run(feeds, split_rows=False):
+        shapes.update({name: value.shape for name, value in fetched.items()})
     return shapes
 
 

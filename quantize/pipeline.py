@@ -22,7 +22,7 @@ from calibration import (
 )
 from calibration.histogram import BEYOND_LIMIT
 from onnxio import InputError
-from quantize import coverage, kernel_timing, passes
+from quantize import bench, coverage, kernel_timing, passes
 from quantize.frontend import load_model
 from quantize.passes.smooth_activations import scaling_muls, smoothing_scales, weight_gemm_readers
 from quantize.plan import make_plan
@@ -72,6 +72,7 @@ class QuantizeResult:
     sqnr_samples: str
     held_out: list[dict] = field(repr=False)
     calibration: Calibration = field(repr=False)
+    speed_check: str = "not measured"  # what keep_fp32_if_slower measured and did
 
 
 def quantize(
@@ -181,6 +182,46 @@ def keep_fp32(result: QuantizeResult, fallback: dict[str, str]) -> QuantizeResul
         result.sqnr_samples,
         fallback,
     )
+
+
+def keep_fp32_if_slower(result: QuantizeResult, seconds: float = 2.0) -> QuantizeResult:
+    """The whole model back in FP32 if, on this CPU, the INT8 model runs slower than the FP32
+    graph it came from on the first held-out batch. Per-node kernel timings cannot see what a
+    whole small model pays for its Q/DQ conversions; a user must never get an INT8 model slower
+    than FP32. Slower means by at least `kernel_timing.MIN_GAIN_MS` a batch (kernel timing's noise floor),
+    in two measurements; only for this machine's own target, with kernel timing on."""
+    if not result.recipe.kernel_timing or result.recipe.target != host_target():
+        return replace(result, speed_check="not measured: not this CPU's target, or timing off")
+    feeds = result.held_out[0]
+    fp32_ms, int8_ms = _latencies_ms(result, feeds, seconds)
+    if int8_ms - fp32_ms >= kernel_timing.MIN_GAIN_MS:
+        fp32_ms, int8_ms = _latencies_ms(result, feeds, 2 * seconds)
+    measured = (
+        f"INT8 {fp32_ms / int8_ms:.2f}x the FP32 graph's speed "
+        f"({int8_ms:.2f} ms vs {fp32_ms:.2f} ms a batch of {_rows(feeds)}) on {result.recipe.target}"
+    )
+    if int8_ms - fp32_ms < kernel_timing.MIN_GAIN_MS:
+        return replace(result, speed_check=f"{measured}: INT8 kept")
+    reason = f"the INT8 model ran slower than FP32 here ({measured}): the whole model stays FP32"
+    int8_nodes = [d.name for d in result.decisions if d.precision == "int8"]
+    return replace(keep_fp32(result, dict.fromkeys(int8_nodes, reason)), speed_check=reason)
+
+
+def _latencies_ms(result: QuantizeResult, feeds: dict, seconds: float) -> tuple[float, float]:
+    """Median ms a batch of the FP32 and the INT8 model, timed in interleaved rounds."""
+    speed = bench.compare_sessions(
+        {"fp32": result.fp32_model, "int8": result.model},
+        feeds,
+        result.options.threads,
+        min_seconds=seconds,
+        rounds=3,
+        min_block=1,
+    )
+    return speed["fp32"]["latency_ms_p50"], speed["int8"]["latency_ms_p50"]
+
+
+def _rows(feeds: dict) -> int:
+    return len(next(iter(feeds.values())))
 
 
 def qdq_model(result: QuantizeResult, fp32_nodes: set[str]) -> onnx.ModelProto:

@@ -37,6 +37,7 @@ def summarize(result: QuantizeResult) -> dict:
             "ort_kernels": result.kernels,
         },
         "kernel_timing": _kernel_timing(result.recipe),
+        "speed_check": result.speed_check,
         "fidelity": fidelity(result.output_sqnr_db, result.layer_sqnr_db),
         "output_sqnr_db": result.output_sqnr_db,
         "sqnr_samples": result.sqnr_samples,

@@ -3,6 +3,7 @@
 import numpy as np
 import onnx
 
+from onnxio import with_outputs
 from quantize.runtime import session
 
 LAYER_SAMPLES = 4  # per-layer SQNR reads every activation at once: few samples, in groups
@@ -23,16 +24,29 @@ def output_sqnr(
     fp32: onnx.ModelProto, int8: onnx.ModelProto, batches: list[dict], threads: int = 0
 ) -> dict[str, float]:
     """SQNR of every model output over `batches`, the INT8 model run with ORT's fused kernels."""
-    ref_sess, q_sess = session(fp32, threads), session(int8, threads)
-    names = [o.name for o in ref_sess.get_outputs()]
-    ref = [ref_sess.run(names, b) for b in batches]
-    got = [q_sess.run(names, b) for b in batches]
+    return sqnr_against(model_outputs(fp32, batches, threads), int8, batches, threads)
+
+
+def model_outputs(model: onnx.ModelProto, batches: list[dict], threads: int = 0) -> dict:
+    """Every output of `model` over `batches`: output name -> one array per batch."""
+    runner = session(model, threads)
+    names = [o.name for o in runner.get_outputs()]
+    results = [runner.run(names, b) for b in batches]
+    return {name: [r[i] for r in results] for i, name in enumerate(names)}
+
+
+def sqnr_against(
+    reference: dict, int8: onnx.ModelProto, batches: list[dict], threads: int = 0
+) -> dict[str, float]:
+    """SQNR of each output of `int8` over `batches` against the `reference` outputs (FP32's,
+    from `model_outputs`, computed once where many INT8 models are compared)."""
+    got = model_outputs(int8, batches, threads)
     # raveled: feeds of a sequence model may differ in shape from batch to batch
     return {
         name: sqnr_db(
-            np.concatenate([r[i].ravel() for r in ref]), np.concatenate([g[i].ravel() for g in got])
+            np.concatenate([r.ravel() for r in ref]), np.concatenate([g.ravel() for g in got[name]])
         )
-        for i, name in enumerate(names)
+        for name, ref in reference.items()
     }
 
 
@@ -76,12 +90,4 @@ def _first_samples(model: onnx.ModelProto, batch: dict, n: int) -> dict:
 def run_with_outputs(
     model: onnx.ModelProto, names: list[str], batch: dict, threads: int
 ) -> list[np.ndarray]:
-    exposed = onnx.ModelProto()
-    exposed.CopyFrom(model)
-    present = {o.name for o in exposed.graph.output}
-    exposed.graph.output.extend(
-        onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None)
-        for n in names
-        if n not in present
-    )
-    return session(exposed, threads).run(names, batch)
+    return session(with_outputs(model, names), threads).run(names, batch)

@@ -9,6 +9,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from onnxio import ObservingSession
+
 # Each sample carries 3 activations of 32x64x64 float32 = 1.5 MiB; 900 more samples kept in
 # memory the way ONNX Runtime's calibrators keep them would add about 1.3 GiB.
 PROBE = textwrap.dedent("""
@@ -66,3 +68,21 @@ def test_1000_samples_take_no_more_peak_memory_than_100(tmp_path):
     large = _peak_kib(tmp_path / "m.onnx", tmp_path / "x.npy", 1000)
     # The data file (47 MiB) is memory-mapped: pages read stay resident, so allow for it.
     assert large - small < 64 * 1024, (small, large)
+
+
+def test_an_observing_session_fetches_within_its_budget_and_misses_no_value(tmp_path):
+    _model(tmp_path / "m.onnx")
+    model, names = onnx.load(tmp_path / "m.onnx"), ["c1", "r1", "c2"]
+    x = np.random.default_rng(2).normal(size=(40, 3, 64, 64)).astype(np.float32)
+    whole = next(ObservingSession(model, names).run({"x": x}))
+    budget = 4 << 20  # a sample's three activations take 1.5 MiB: two samples a run
+
+    parts = list(ObservingSession(model, names, budget=budget).run({"x": x}))
+    assert len(parts) == 20 and all(sum(v.nbytes for v in p.values()) <= budget for p in parts)
+    for name in names:
+        np.testing.assert_allclose(np.concatenate([p[name] for p in parts]), whole[name], rtol=1e-5)
+
+    # Rows kept whole (shapes must be the batch's): the tensors are fetched in groups instead.
+    groups = list(ObservingSession(model, names, budget=budget).run({"x": x[:4]}, split_rows=False))
+    assert [list(g) for g in groups] == [["c1", "r1"], ["c2"]]
+    assert all(v.shape[0] == 4 for g in groups for v in g.values())
