@@ -66,7 +66,7 @@ def layer_sqnr(
         for o in n.output
         if o.endswith(suffix) and o[: -len(suffix)] in fp32_names
     }
-    batch = _first_samples(fp32, batch, LAYER_SAMPLES)
+    batch = first_samples(fp32, batch, LAYER_SAMPLES)
     items = list(pairs.items())
     result = {}
     for start in range(0, len(items), LAYER_GROUP):
@@ -78,7 +78,7 @@ def layer_sqnr(
     return result
 
 
-def _first_samples(model: onnx.ModelProto, batch: dict, n: int) -> dict:
+def first_samples(model: onnx.ModelProto, batch: dict, n: int) -> dict:
     """The first `n` samples of `batch`, unless an input's batch dimension is fixed."""
     fixed = any(
         i.type.tensor_type.shape.dim and i.type.tensor_type.shape.dim[0].dim_value > 0

@@ -47,6 +47,19 @@ def test_a_model_that_meets_the_target_is_left_as_it_is(tmp_path):
     assert found.result is result and found.fp32_nodes == [] and found.met
 
 
+def test_a_trial_score_ranks_the_one_node_trials_and_the_score_decides_each_step(tmp_path):
+    result, score = _setup(tmp_path)
+    trials = []
+
+    def trial_score(model):
+        trials.append(model)
+        return score(model)
+
+    found = fall_back(result, score, target=score(result.model) + 10, trial_score=trial_score)
+    assert len(trials) == 3  # the INT8 model, then "up" and "down" each alone in FP32
+    assert found.fp32_nodes == ["down"] and found.met
+
+
 def test_an_unreachable_target_stops_after_max_nodes_and_says_it_was_not_met(tmp_path):
     result, score = _setup(tmp_path)
     found = fall_back(result, score, target=float("inf"), max_nodes=1)
