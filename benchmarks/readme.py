@@ -31,6 +31,7 @@ def render() -> str:
             _calogan(_load("calogan")),
             _scale_out(_load("scale_out")),
             _external_encoder(_load("external_encoder")),
+            _zoo(_load("zoo")),
         ]
     )
 
@@ -243,6 +244,17 @@ def _external_encoder(d: dict) -> str:
     )
     header = ["variant", "sentences/s", "x FP32", "mean cosine", "min cosine"]
     return title + "\n\n" + _table(header, rows, bold=1)
+
+
+def _zoo(d: dict) -> str:
+    from benchmarks.zoo.run import table
+
+    return (
+        "**Model zoo: real packaged models, `quantize MODEL --calib DATA` with the CLI's defaults** "
+        f"(`python -m benchmarks.zoo`, `zoo.md`; {_where(d)}; fidelity is the task metric against "
+        "FP32 on held-out inputs, speed at the served batch in the JSON's `bench_shape`):\n\n"
+        + table(d["models"])
+    )
 
 
 if __name__ == "__main__":
