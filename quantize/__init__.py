@@ -8,7 +8,7 @@ onnxio.save_model(result.model, "model.int8.onnx")
 from calibration import Entropy, MinMax, Mse, Percentile
 from onnxio import InputError
 from quantize.fallback import fall_back
-from quantize.pipeline import QuantizeResult, quantize
+from quantize.pipeline import QuantizeResult, keep_fp32_if_slower, quantize
 from quantize.recipe import NodeOverrides, Recipe, RunOptions, SmoothQuant
 
 __all__ = [
@@ -23,5 +23,6 @@ __all__ = [
     "RunOptions",
     "SmoothQuant",
     "fall_back",
+    "keep_fp32_if_slower",
     "quantize",
 ]

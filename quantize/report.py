@@ -137,6 +137,7 @@ def _html(r: dict) -> str:
         rows.append(
             f"<tr><th>output SQNR {e(name)}</th><td colspan=3>{db:.1f} dB ({e(r['sqnr_samples'])})</td></tr>"
         )
+    rows.append(f"<tr><th>speed check</th><td colspan=3>{e(r['speed_check'])}</td></tr>")
     coverage = "".join(
         f"<tr><td>{e(op)}</td><td>{c['int8']}</td><td>{c['fp32']}</td></tr>"
         for op, c in r["coverage"]["by_op_type"].items()

@@ -64,6 +64,9 @@ def test_report_writes_html_and_json(conv_model, calib_npz, tmp_path):
     assert report["throughput"]["int8"]["throughput"] > 0 and report["isa"]["int8_gemm_path"]
     html = (tmp_path / "r.html").read_text()
     assert "Per-layer SQNR" in html and "<script" not in html
+    # a model this small may well be slower in INT8 here: either verdict, said in both files
+    assert report["speed_check"].startswith(("INT8 ", "the INT8 model ran slower than FP32"))
+    assert "<th>speed check</th>" in html
 
 
 def _bad(tmp_path, conv_model, calib_npz):
