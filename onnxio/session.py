@@ -72,7 +72,8 @@ class ObservingSession:
     `budget` bytes of them in one run.
 
     ORT keeps every fetched tensor of a run alive until the run returns, so fetching all the
-    activations of a batch at once holds them all (a 640x640 detector at batch 32 exceeds 24 GiB).
+    activations of a batch at once holds them all (a 640x640 text detector at batch 32 was
+    killed for memory on a 24 GiB machine).
     A run is cut into sub-batches of rows where the batch dimension is free and `split_rows`
     allows, and the fetch list into groups that fit the budget at that many rows. Sizes per
     row are measured on the first feeds and grow with any larger feeds seen later.

@@ -188,8 +188,8 @@ def keep_fp32_if_slower(result: QuantizeResult, seconds: float = 2.0) -> Quantiz
     """The whole model back in FP32 if, on this CPU, the INT8 model runs slower than the FP32
     graph it came from on the first held-out batch. Per-node kernel timings cannot see what a
     whole small model pays for its Q/DQ conversions; a user must never get an INT8 model slower
-    than FP32. Slower means by at least `kernel_timing.MIN_GAIN_MS` a batch (kernel timing's noise floor),
-    in two measurements; only for this machine's own target, with kernel timing on."""
+    than FP32. Slower means by at least `kernel_timing.MIN_GAIN_MS` a batch (kernel timing's
+    noise floor), in two measurements; only for this machine's own target, with timing on."""
     if not result.recipe.kernel_timing or result.recipe.target != host_target():
         return replace(result, speed_check="not measured: not this CPU's target, or timing off")
     feeds = result.held_out[0]
