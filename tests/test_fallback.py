@@ -101,6 +101,7 @@ def test_the_command_line_bounds_the_metric_drop_and_says_which_nodes_went_back(
             "--max-drop",
             "1",
             "--json",
+            "--no-kernel-timing",  # about the fallback: no timing may send the model to FP32
         ]
     )
     assert code == 0
