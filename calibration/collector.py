@@ -50,7 +50,8 @@ def collect_channel_absmax(
     observer = ObservingSession(model, tensors, threads)
     absmax: dict[str, np.ndarray] = {}
     for batch in source.batches(0, num_samples, batch_size):
-        for name, value in (item for fetched in observer.run(batch) for item in fetched.items()):
-            channel = np.abs(value.reshape(-1, value.shape[-1])).max(axis=0)
-            absmax[name] = np.maximum(absmax[name], channel) if name in absmax else channel
+        for fetched in observer.run(batch):
+            for name, value in fetched.items():
+                channel = np.abs(value.reshape(-1, value.shape[-1])).max(axis=0)
+                absmax[name] = np.maximum(absmax[name], channel) if name in absmax else channel
     return absmax

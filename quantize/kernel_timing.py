@@ -155,8 +155,9 @@ def _input_shapes(
 ) -> dict[str, tuple[int, ...]]:
     names = list({n.inputs[0].name: None for n in nodes if n.inputs[0].name not in feeds})
     shapes = {name: feeds[name].shape for name in {n.inputs[0].name for n in nodes} & set(feeds)}
-    for fetched in ObservingSession(model, names, threads).run(feeds, split_rows=False):
-        shapes.update({name: value.shape for name, value in fetched.items()})
+    if names:
+        for fetched in ObservingSession(model, names, threads).run(feeds, split_rows=False):
+            shapes.update({name: value.shape for name, value in fetched.items()})
     return shapes
 
 
