@@ -1,19 +1,34 @@
-"""The zoo in reduced form: each real packaged model quantized by the CLI with its defaults on a
-few samples, as a user would, then its task metric against FP32 (benchmarks/zoo). The full run
-with timings and rivals is `python -m benchmarks.zoo`."""
+"""The zoo in reduced form: each real packaged model quantized by the CLI on a few samples, as a
+user would, then its task metric against FP32 (benchmarks/zoo). The reduced form skips the CLI's
+timing steps (per-node kernel timing, fidelity-floor trials: tests/test_kernel_timing.py and
+tests/test_fallback.py test them); one model runs with every default. The full run with timings
+and rivals is `python -m benchmarks.zoo`."""
 
 import pytest
 
-from benchmarks.zoo.run import all_models, run_model
+from benchmarks.zoo.run import QUICK, all_models, run_model
 
-REDUCED = {"calibration": 12, "evaluation": 12, "seconds": 0.0, "rivals": False}
+REDUCED = dict(QUICK, calibration=12)
 
 
-@pytest.mark.parametrize("model", all_models(), ids=lambda m: m.name)
-def test_a_packaged_model_quantizes_with_the_cli_defaults_and_its_fidelity_is_measured(model):
-    record = run_model(model, **REDUCED)
+def _check_fidelity_measured(record: dict) -> None:
     assert record["status"] == "ok"
     detail = record["fidelity_detail"]
     assert detail["fp32_cleaned"]["meets"] and detail["fp32_cleaned"]["value"] >= 0.999
     assert record["output_sqnr_db"] >= 20 or record["verdict"] == "low"
     assert 0 <= record["fidelity"] <= 1 and record["meets_fidelity"] == detail["int8"]["meets"]
+
+
+@pytest.mark.parametrize("model", all_models(), ids=lambda m: m.name)
+def test_a_packaged_model_quantizes_on_a_few_samples_and_its_fidelity_is_measured(model):
+    record = run_model(model, **REDUCED)
+    _check_fidelity_measured(record)
+    assert record["kernel_timing"].startswith("off")
+
+
+def test_a_packaged_model_quantizes_with_every_cli_default():
+    (yolo,) = [m for m in all_models() if m.name.startswith("YOLO")]
+    record = run_model(yolo, **dict(REDUCED, cli_options=()))
+    _check_fidelity_measured(record)
+    assert record["kernel_timing"].startswith("measured on this CPU")
+    assert "x the FP32 graph's speed" in record["speed_check"]  # measured, whatever it decided

@@ -20,7 +20,14 @@ from quantize.pipeline import cleaned_fp32
 from quantize.runtime import session
 
 FULL = {"calibration": 256, "evaluation": 120, "seconds": 8.0}
-QUICK = {"calibration": 16, "evaluation": 12, "seconds": 0.0, "rivals": False}
+# quick: no timing at all, so neither the CLI's per-node kernel timing nor its fallback trials
+QUICK = {
+    "calibration": 16,
+    "evaluation": 12,
+    "seconds": 0.0,
+    "rivals": False,
+    "cli_options": ("--no-kernel-timing", "--keep-low-fidelity"),
+}
 RIVALS = ("ort_static", "ort_dynamic")
 
 
@@ -29,10 +36,15 @@ def all_models() -> list[ZooModel]:
 
 
 def run_model(
-    model: ZooModel, calibration: int, evaluation: int, seconds: float, rivals: bool = True
+    model: ZooModel,
+    calibration: int,
+    evaluation: int,
+    seconds: float,
+    rivals: bool = True,
+    cli_options: tuple[str, ...] = (),
 ) -> dict:
-    """Quantize `model` as a user would, then measure fidelity (and speed when `seconds`), of
-    ONNX Runtime's quantizers too when `rivals`."""
+    """Quantize `model` as a user would (the CLI's defaults, plus `cli_options`), then measure
+    fidelity (and speed when `seconds`), of ONNX Runtime's quantizers too when `rivals`."""
     path = model.build()
     fp32 = onnx.load(path)
     record = {
@@ -50,7 +62,7 @@ def run_model(
         np.savez(calib, **model.calibration(calibration))
         run = subprocess.run(
             [sys.executable, "-m", "quantize", str(path), "--calib", str(calib)]
-            + ["-o", str(int8_path), "--json"],
+            + ["-o", str(int8_path), "--json", *cli_options],
             capture_output=True,
             text=True,
         )
@@ -64,6 +76,8 @@ def run_model(
         target=summary["recipe"]["target"],
         output_sqnr_db=summary["fidelity"]["output_sqnr_db_min"],
         verdict=summary["fidelity"]["verdict"],
+        kernel_timing=summary["kernel_timing"],
+        speed_check=summary["speed_check"],
     )
     record["rivals"] = {}
     for name, make in (
