@@ -20,6 +20,8 @@ VERSIONED = (
     "keras",
     "tf2onnx",
     "ai-edge-litert",
+    "openvino",
+    "nncf",
     "ray",
 )
 
