@@ -112,7 +112,7 @@ def quantize(
     recipe = replace(recipe, target=resolve(recipe.target))
     original = load_model(model_path)
     _check_float32(original, model_path)
-    graph = passes.cleanup(ir.serde.deserialize_model(original))
+    graph = _cleaned(original)
     clean = _for_ort(graph)
     inputs = input_specs(clean)
     source = open_calibration(calib, inputs, image_preprocess or _recipe_preprocess(original))
@@ -356,7 +356,12 @@ def _smooth(
 def cleaned_fp32(model_path) -> onnx.ModelProto:
     """The FP32 graph INT8 starts from: the model after quantize's clean-up passes (the fair
     FP32 baseline to time INT8 against)."""
-    return _for_ort(passes.cleanup(ir.serde.deserialize_model(load_model(model_path))))
+    return _for_ort(_cleaned(load_model(model_path)))
+
+
+def _cleaned(model: onnx.ModelProto) -> ir.Model:
+    """The model in IR, after the clean-up passes: the IR every later step works on."""
+    return passes.cleanup(ir.serde.deserialize_model(model))
 
 
 def _for_ort(model: ir.Model) -> onnx.ModelProto:

@@ -149,11 +149,10 @@ def table(records: list[dict]) -> str:
 
     def rival_fidelity(r, name):
         detail = r.get("fidelity_detail", {}).get(name)
-        return (
-            f"{detail['value']:.4f}"
-            if detail
-            else r.get("rivals", {}).get(name, {}).get("status", "-")
-        )
+        if detail:
+            return f"{detail['value']:.4f}"
+        status = r.get("rivals", {}).get(name, {}).get("status", "-")
+        return ":".join(status.split(":")[:2])  # "does not run: InvalidGraph"; the JSON has it all
 
     def fidelity(r):
         value = "-" if r["fidelity"] is None else f"{r['fidelity']:.4f}"
