@@ -49,6 +49,7 @@ MOVEMENT_OPS = {
     "Identity",
     "Concat",
     "Slice",
+    "Split",
     "Gather",
     "Resize",
     "Shape",

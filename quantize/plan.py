@@ -59,7 +59,8 @@ def make_plan(
         if RULES[node.op_type].same_range:
             source = alias.get(node.inputs[0].name, node.inputs[0].name)
             if source in plan.ranges:
-                plan.ranges[node.outputs[0].name] = plan.ranges[source]
+                for out in node.outputs:  # a Split's every part
+                    plan.ranges[out.name] = plan.ranges[source]
         elif (
             node.op_type == "Concat"
         ):  # of parts at one range (a Conv3D's windows): no requantization

@@ -40,6 +40,7 @@ RULES: dict[str, OpRule] = {
     "Squeeze": OpRule(same_range=True),
     "Unsqueeze": OpRule(same_range=True),
     "Slice": OpRule(same_range=True),
+    "Split": OpRule(same_range=True),
     "Pad": OpRule(same_range=True),
     "Tile": OpRule(same_range=True),
 }
@@ -185,7 +186,7 @@ def _with_movement_into_int8(model: ir.Model, chosen: set[str], excluded: set[st
             continue
         if not is_float(node.outputs[0]):
             continue
-        readers = list(node.outputs[0].uses())
+        readers = [use for out in node.outputs for use in out.uses()]
         if readers and all(
             user.name in chosen and index in RULES[user.op_type].activations
             for user, index in readers

@@ -419,3 +419,48 @@ def test_a_float16_model_is_a_clear_error_not_a_silent_copy(tmp_path, calib_npz)
         match="half.onnx: the model computes in float16: INT8 quantization starts from a float32 model",
     ):
         quantize(tmp_path / "half.onnx", tmp_path / "c.npz", Recipe(kernel_timing=False))
+
+
+def c2f_block() -> onnx.ModelProto:
+    """YOLOv8's C2f: Conv -> SiLU -> Split in two -> Conv on the second half -> Concat of the
+    halves and that Conv -> Conv."""
+    rng = np.random.default_rng(0)
+    weights = {
+        "w1": rng.normal(0, 0.3, (8, 3, 3, 3)),
+        "w2": rng.normal(0, 0.3, (4, 4, 3, 3)),
+        "w3": rng.normal(0, 0.3, (4, 12, 1, 1)),
+        "sizes": np.array([4, 4]),
+    }
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c"], pads=[1, 1, 1, 1], name="conv_in"),
+        helper.make_node("Sigmoid", ["c"], ["s"], name="sigmoid"),
+        helper.make_node("Mul", ["c", "s"], ["silu"], name="silu"),
+        helper.make_node("Split", ["silu", "sizes"], ["a", "b"], axis=1, name="split"),
+        helper.make_node("Conv", ["b", "w2"], ["d"], pads=[1, 1, 1, 1], name="conv_mid"),
+        helper.make_node("Concat", ["a", "b", "d"], ["cat"], axis=1, name="concat"),
+        helper.make_node("Conv", ["cat", "w3"], ["y"], name="conv_out"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "c2f",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, 16, 16])],
+        [
+            onnx.numpy_helper.from_array(w.astype(np.int64 if k == "sizes" else np.float32), k)
+            for k, w in weights.items()
+        ],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_split_between_int8_ops_runs_on_uint8_with_no_dequantize_before_it(tmp_path):
+    onnx.save(c2f_block(), str(tmp_path / "c2f.onnx"))
+    np.save(tmp_path / "x.npy", images(80))
+    result = quantize(tmp_path / "c2f.onnx", tmp_path / "x.npy", Recipe(kernel_timing=False))
+    assert {d.name: d.precision for d in result.decisions}["split"] == "int8"
+    executed = optimized_graph(result.model)
+    producer = {out: node.op_type for node in executed.node for out in node.output}
+    (split,) = [n for n in executed.node if n.op_type == "Split"]
+    assert producer[split.input[0]] not in ("DequantizeLinear", None)
+    assert result.kernels["int8"]["QLinearConcat"] == 1
+    assert min(result.output_sqnr_db.values()) > 25
