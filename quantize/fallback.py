@@ -4,7 +4,9 @@
 sentence's cosine to FP32...). Each INT8 node with a weight is tried once in FP32 with the
 rest in INT8 (a trial reuses the calibration: one lowering and one score); then nodes go
 back to FP32 in the order of what their trial gained, one at a time, until the score
-reaches `target` or `max_nodes` are back.
+reaches `target` or `max_nodes` are back. A step that does not raise the score by more than
+`min_gain` is undone and ends the search: a node costs speed in FP32, so it goes back only
+where it buys fidelity.
 
 Without a task metric, `to_fidelity_floor` scores the output SQNR on the held-out samples:
 the CLI's default when a model falls below the floor, so that low fidelity is fixed where a
@@ -22,6 +24,7 @@ from quantize.validate import OUTPUT_FLOOR_DB, first_samples, model_outputs, sqn
 
 Score = Callable[[onnx.ModelProto], float]
 TRIAL_SAMPLES = 8  # held-out samples a one-node trial of the fidelity floor is scored on
+FLOOR_STEP_DB = 0.5  # what a node back in FP32 must add to the output SQNR (11 % less noise)
 
 
 @dataclass
@@ -44,9 +47,11 @@ def fall_back(
     target: float,
     max_nodes: int = 4,
     trial_score: Score | None = None,
+    min_gain: float = 0.0,
 ) -> Fallback:
     """`trial_score`, if given, ranks the one-node trials in place of `score` (a cheaper stand-in
-    of it: fewer samples); the steps after are scored with `score`."""
+    of it: fewer samples); the steps after are scored with `score` and kept only if they raise
+    it by more than `min_gain`."""
     before = score(result.model)
     if before >= target:
         return Fallback(result, target, before, before, [], {})
@@ -62,17 +67,20 @@ def fall_back(
     chosen: dict[str, str] = {}
     after, best = before, result
     for name in ranked:
-        chosen[name] = f"accuracy fallback: alone in FP32 it raised the score by {gains[name]:.4g}"
-        best = keep_fp32(result, chosen)
-        after = score(best.model)
+        reason = f"accuracy fallback: alone in FP32 it raised the score by {gains[name]:.4g}"
+        step = keep_fp32(result, {**chosen, name: reason})
+        step_score = score(step.model)
+        if step_score - after <= min_gain:
+            break
+        chosen[name], best, after = reason, step, step_score
         if after >= target:
             break
     return Fallback(best, target, before, after, list(chosen), gains)
 
 
 def to_fidelity_floor(result: QuantizeResult, max_nodes: int = 8) -> Fallback:
-    """Nodes back to FP32 until the worst output's SQNR on the held-out samples reaches the floor;
-    the one-node trials are ranked on the first `TRIAL_SAMPLES` of them (a 640x640 text detector
+    """Nodes back to FP32 until the worst output's SQNR on the held-out samples reaches the floor,
+    each for at least `FLOOR_STEP_DB`; the one-node trials are ranked on the first `TRIAL_SAMPLES` of them (a 640x640 text detector
     has 62 Convs, each a trial)."""
     held_out, threads = result.held_out, result.options.threads
     trial_batches = [first_samples(result.fp32_model, held_out[0], TRIAL_SAMPLES)]
@@ -87,4 +95,5 @@ def to_fidelity_floor(result: QuantizeResult, max_nodes: int = 8) -> Fallback:
         OUTPUT_FLOOR_DB,
         max_nodes,
         worst_output_sqnr(trial_batches),
+        FLOOR_STEP_DB,
     )

@@ -111,3 +111,12 @@ def test_the_command_line_bounds_the_metric_drop_and_says_which_nodes_went_back(
     }
     assert fp32_nodes["down"].startswith("accuracy fallback") and "up" not in fp32_nodes
     assert _CappedSqnr(tmp_path / "m.onnx").evaluate(onnx.load(tmp_path / "q.onnx")) >= 29
+
+
+def test_a_step_that_does_not_raise_the_score_enough_is_undone_and_ends_the_search(tmp_path):
+    result, score = _setup(tmp_path)
+    before = score(result.model)
+    gain = fall_back(result, score, target=before + 10).score_after - before
+    found = fall_back(result, score, target=before + 10, min_gain=gain + 1)
+    assert found.fp32_nodes == [] and found.result is result and found.score_after == before
+    assert not found.met
