@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from quantize.runtime import session
+from quantize.runtime import runtime_session
 
 
 def compare_sessions(
@@ -21,9 +21,10 @@ def compare_sessions(
     min_seconds: float = 3.0,
     rounds: int = 4,
     min_block: int = 3,
+    runtime: str = "onnxruntime",
 ) -> dict[str, dict]:
-    """ONNX Runtime sessions of each model (in memory or a path) over the same `feeds`."""
-    sessions = {name: session(model, threads) for name, model in models.items()}
+    """Sessions of `runtime` for each model (in memory or a path) over the same `feeds`."""
+    sessions = {name: runtime_session(model, threads, runtime) for name, model in models.items()}
     calls = {name: (lambda s=s: s.run(None, feeds)) for name, s in sessions.items()}
     return compare(calls, len(next(iter(feeds.values()))), min_seconds, rounds, min_block)
 

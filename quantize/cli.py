@@ -1,6 +1,7 @@
 """`quantize MODEL --calib DATA -o OUT`: the command line over `quantize`."""
 
 import argparse
+import importlib.util
 import json
 import sys
 import warnings
@@ -11,6 +12,7 @@ from calibration import METHODS, ImagePreprocess, Percentile
 from onnxio import InputError, save_model
 from quantize.frontend import load_model
 from quantize.recipe import PRESETS, Recipe, RunOptions, preset, preset_for
+from quantize.runtime import RUNTIMES
 from quantize.target import TARGETS, host_target
 from quantize.validate import OUTPUT_FLOOR_DB
 
@@ -100,6 +102,13 @@ def parse_args(argv=None) -> argparse.Namespace:
         help="do not time INT8 against FP32 per Conv/GEMM on this CPU: every node the policy chose is INT8, and the "
         "model does not depend on this machine's timings",
     )
+    p.add_argument(
+        "--runtime",
+        choices=RUNTIMES,
+        help="what the model will run in: the speed check and the report time it there; openvino "
+        "(pip install openvino) also skips the per-node timing of ONNX Runtime's kernels "
+        "(default: the recipe's, onnxruntime)",
+    )
     images = p.add_argument_group(
         "image directory preprocessing (default: the model's stored recipe, else scale 1/255, RGB, the "
         "layout whose channel axis has 1 or 3 entries)"
@@ -169,6 +178,8 @@ def run(args: argparse.Namespace) -> int:
             calib_samples=args.calib_samples, batch_size=args.batch_size, threads=args.threads
         )
         evaluator = None
+        if recipe.runtime == "openvino" and importlib.util.find_spec("openvino") is None:
+            raise ValueError("--runtime openvino needs OpenVINO: pip install openvino")
         if args.max_drop is not None and not args.evaluate:
             raise ValueError("--max-drop needs --evaluate: the metric whose drop it bounds")
         if args.evaluate:
@@ -227,6 +238,8 @@ def _recipe(args: argparse.Namespace) -> tuple[Recipe, str]:
         changes["target"] = args.target
     if args.no_kernel_timing:
         changes["kernel_timing"] = False
+    if args.runtime is not None:
+        changes["runtime"] = args.runtime
     return replace(recipe, **changes), source
 
 

@@ -199,6 +199,7 @@ def keep_fp32_if_slower(result: QuantizeResult, seconds: float = 2.0) -> Quantiz
     measured = (
         f"INT8 {fp32_ms / int8_ms:.2f}x the FP32 graph's speed "
         f"({int8_ms:.2f} ms vs {fp32_ms:.2f} ms a batch of {_rows(feeds)}) on {result.recipe.target}"
+        f" in {result.recipe.runtime}"
     )
     if int8_ms - fp32_ms < kernel_timing.MIN_GAIN_MS:
         return replace(result, speed_check=f"{measured}: INT8 kept")
@@ -216,6 +217,7 @@ def _latencies_ms(result: QuantizeResult, feeds: dict, seconds: float) -> tuple[
         min_seconds=seconds,
         rounds=3,
         min_block=1,
+        runtime=result.recipe.runtime,
     )
     return speed["fp32"]["latency_ms_p50"], speed["int8"]["latency_ms_p50"]
 
@@ -295,8 +297,13 @@ def _slower_in_int8(
     recipe: Recipe,
     threads: int,
 ) -> dict[str, str]:
-    """Kernel timings describe this machine: they decide only for its own target."""
-    if not recipe.kernel_timing or recipe.target != host_target():
+    """Kernel timings describe this machine and ONNX Runtime's kernels: they decide only for
+    this machine's own target, and for a model made for ONNX Runtime."""
+    if (
+        not recipe.kernel_timing
+        or recipe.target != host_target()
+        or recipe.runtime != "onnxruntime"
+    ):
         return {}
     return kernel_timing.slower_in_int8(
         clean, graph, nodes, feeds, weight_qmax(recipe.target), recipe.target, threads

@@ -15,6 +15,7 @@ import onnx
 
 from calibration import Percentile, RangeMethod, method_from_dict, method_to_dict
 from quantize.policy import TRANSFORMER_FP32_OPS
+from quantize.runtime import RUNTIMES
 from quantize.target import TARGETS
 
 RECIPE_VERSION = 1
@@ -56,12 +57,15 @@ class Recipe:
     activation_matmuls: bool = True  # also MatMuls of two activations (attention scores, context)
     kernel_timing: bool = True  # on this machine's target, keep FP32 the Convs/GEMMs whose INT8 kernel measures slower
     overrides: NodeOverrides = NodeOverrides()
+    runtime: str = "onnxruntime"  # what the model will run in: the speed checks time it there
 
     def __post_init__(self):
         if self.target not in ("auto", *TARGETS):
             raise ValueError(
                 f"unknown target {self.target!r}; choose from auto, {', '.join(TARGETS)}"
             )
+        if self.runtime not in RUNTIMES:
+            raise ValueError(f"unknown runtime {self.runtime!r}; choose from {', '.join(RUNTIMES)}")
 
     @classmethod
     def cnn(cls, **changes) -> "Recipe":
@@ -110,6 +114,7 @@ class Recipe:
             "activation_matmuls": self.activation_matmuls,
             "kernel_timing": self.kernel_timing,
             "overrides": {k: list(v) for k, v in asdict(self.overrides).items()},
+            "runtime": self.runtime,
         }
 
     @classmethod

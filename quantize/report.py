@@ -70,6 +70,10 @@ def _kernel_timing(recipe: Recipe) -> str:
         return "off: every chosen node is INT8"
     if recipe.target != host_target():
         return f"not measured: the target {recipe.target} is not this CPU's ({host_target()})"
+    if recipe.runtime != "onnxruntime":
+        return (
+            f"not measured: it times ONNX Runtime's kernels, and the model is for {recipe.runtime}"
+        )
     return f"measured on this CPU ({recipe.target}): nodes whose INT8 kernel is slower stay FP32"
 
 
@@ -81,6 +85,7 @@ def evaluate(summary: dict, result: QuantizeResult, evaluator=None, seconds: flo
         result.held_out[0],
         result.options.threads,
         seconds,
+        runtime=result.recipe.runtime,
     )
     report["throughput"] = dict(
         speed, speedup=speed["int8"]["throughput"] / speed["fp32"]["throughput"]

@@ -1,5 +1,7 @@
-"""Running models quantize made: ONNX Runtime CPU sessions that respect the model's CPU target."""
+"""Running models quantize made: ONNX Runtime CPU sessions that respect the model's CPU target,
+and OpenVINO, whose CPU plugin runs the same Q/DQ models in INT8 (an optional dependency)."""
 
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -7,7 +9,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 
-from onnxio import cpu_session
+from onnxio import cpu_session, save_model
 from quantize.target import EXACT_U8U8_OPTION, TARGET_KEY, host_target, saturates
 
 
@@ -43,6 +45,44 @@ def session(
         stacklevel=2,
     )
     return session(model, threads, optimized_path, exact_kernels=True)
+
+
+RUNTIMES = ("onnxruntime", "openvino")
+
+
+class OpenVINOSession:
+    """A model compiled by OpenVINO for this CPU, with ONNX Runtime's `run(None, feeds)` (the
+    outputs in the graph's order). One request on `threads` threads (0: OpenVINO's choice), and
+    FP32 for whatever is not INT8: on AMX CPUs OpenVINO would otherwise run it in bf16."""
+
+    def __init__(self, model: onnx.ModelProto | Path, threads: int = 0):
+        try:
+            import openvino as ov
+        except ImportError:
+            raise RuntimeError(
+                "the OpenVINO runtime needs OpenVINO: pip install openvino"
+            ) from None
+        core = ov.Core()
+        if isinstance(model, onnx.ModelProto):
+            with tempfile.TemporaryDirectory() as tmp:
+                save_model(model, Path(tmp) / "model.onnx")
+                read = core.read_model(str(Path(tmp) / "model.onnx"))
+        else:
+            read = core.read_model(str(model))
+        config = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32"}
+        if threads:
+            config["INFERENCE_NUM_THREADS"] = threads
+        self._compiled = core.compile_model(read, "CPU", config)
+        self._request = self._compiled.create_infer_request()
+
+    def run(self, output_names: None, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
+        results = self._request.infer(feeds)
+        return [results[output] for output in self._compiled.outputs]
+
+
+def runtime_session(model: onnx.ModelProto | Path, threads: int = 0, runtime: str = "onnxruntime"):
+    """A session of `runtime` (one of RUNTIMES) with ONNX Runtime's `run(None, feeds)`."""
+    return OpenVINOSession(model, threads) if runtime == "openvino" else session(model, threads)
 
 
 def run_batches(

@@ -22,6 +22,7 @@ from quantize.recipe import RECIPE_KEY, preset, preset_for
             overrides=NodeOverrides(fp32=("Softmax", "conv1"), wide_outputs=("conv2",)),
         ),
         Recipe(ranges=Percentile(99.9), smoothing=SmoothQuant(0.5), activation_matmuls=False),
+        Recipe(runtime="openvino"),
     ],
 )
 def test_a_recipe_survives_json_and_the_model_metadata(recipe):

@@ -1,0 +1,62 @@
+"""OpenVINO as the runtime a model is made for: it runs quantize's Q/DQ models in INT8, and
+`--runtime openvino` makes the speed check and the report time the model there."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+from graphs import conv_net, images
+
+from quantize import Recipe, keep_fp32_if_slower, quantize
+from quantize.runtime import OpenVINOSession, session
+from quantize.validate import sqnr_db
+
+
+def test_openvino_runs_an_int8_model_as_onnx_runtime_does(tmp_path):
+    onnx.save(conv_net(channels=16), str(tmp_path / "net.onnx"))
+    np.save(tmp_path / "x.npy", images(96))
+    result = quantize(tmp_path / "net.onnx", tmp_path / "x.npy", Recipe(kernel_timing=False))
+    feeds = result.held_out[0]
+    in_ort = session(result.model).run(None, feeds)[0]
+    in_openvino = OpenVINOSession(result.model, threads=1).run(None, feeds)[0]
+    fp32 = session(result.fp32_model).run(None, feeds)[0]
+    assert sqnr_db(in_ort, in_openvino) > 30  # the same INT8 model; rounding may differ
+    assert abs(sqnr_db(fp32, in_openvino) - sqnr_db(fp32, in_ort)) < 3
+
+
+def test_a_model_made_for_openvino_is_timed_there_and_says_so(conv_model, calib_npz, tmp_path):
+    run = subprocess.run(
+        [sys.executable, "-m", "quantize", str(conv_model), "--calib", str(calib_npz)]
+        + ["-o", str(tmp_path / "q.onnx"), "--runtime", "openvino"]
+        + ["--report", str(tmp_path / "r.html"), "--json"],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert report["recipe"]["runtime"] == "openvino"
+    assert Recipe.from_model(onnx.load(tmp_path / "q.onnx")).runtime == "openvino"
+    assert (
+        report["kernel_timing"].startswith("not measured") and "openvino" in report["kernel_timing"]
+    )
+    assert "in openvino" in report["speed_check"]
+    assert report["throughput"]["int8"]["throughput"] > 0
+
+
+def test_the_speed_check_of_a_model_made_for_openvino_opens_openvino_sessions(
+    tmp_path, monkeypatch
+):
+    onnx.save(conv_net(channels=16), str(tmp_path / "net.onnx"))
+    np.save(tmp_path / "x.npy", images(96))
+    result = quantize(tmp_path / "net.onnx", tmp_path / "x.npy", Recipe(runtime="openvino"))
+    opened = []
+
+    def recording_session(model, threads=0, runtime="onnxruntime"):
+        opened.append(runtime)
+        return OpenVINOSession(model, threads) if runtime == "openvino" else session(model)
+
+    monkeypatch.setattr("quantize.bench.runtime_session", recording_session)
+    keep_fp32_if_slower(result, seconds=0.2)
+    assert opened and set(opened) == {"openvino"}
