@@ -3,9 +3,10 @@ by whichever stream ran it (a StreamPool here, a RayPool across machines), and a
 
 The folder's `job.json` says what the job is; rerunning the same job skips every shard already
 on disk (a shard file exists only once complete: it is renamed into place), so a job killed at
-any point resumes where it stopped and never rewrites a finished shard. A different job into
-the same folder is refused. `manifest.json`, written when the last shard is done, lists every
-shard with its item range, size and SHA-256.
+any point resumes where it stopped, never rewrites a finished shard and removes the partial
+files of the shards it was writing. A different job into the same folder is refused.
+`manifest.json`, written when the last shard is done, lists every shard with its item range,
+size and SHA-256.
 """
 
 import hashlib
@@ -77,6 +78,9 @@ class ShardedJob:
                 )
         else:
             write_text(job_file, json.dumps(job, indent=2))
+        for shard in self.shards:  # what a killed run was writing: atomic_path's temporary files
+            for partial in self.folder.glob(f".{self.path(shard).name}.*.tmp"):
+                partial.unlink()
         return [s for s in self.shards if not self.path(s).exists()]
 
     def runner(self, make_writer: Callable[[int], WriteShard]) -> Callable[[int], Callable]:

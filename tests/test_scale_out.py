@@ -90,7 +90,10 @@ def test_a_rerun_skips_finished_shards_and_another_job_in_the_folder_is_refused(
     job = ShardedJob(tmp_path / "out", {"what": "text"}, items=25, shard_size=10, suffix=".txt")
     job.path(job.shards[1]).parent.mkdir()
     job.path(job.shards[1]).write_text("10-20")  # a shard finished by a run that was killed
+    partial = job.folder / f".{job.path(job.shards[2]).name}.x1y2.tmp"  # one it was writing
+    partial.write_text("20-2")
     ran, manifest = run_job(job, make_writer, InProcess)
+    assert not partial.exists()
     assert [s.index for s in ran] == written == [0, 2]
     assert [s["file"] for s in manifest["shards"]] == [
         "shard-0000000000-0000000010.txt",
