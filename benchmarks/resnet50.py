@@ -19,20 +19,13 @@ import numpy as np
 import onnx
 
 from benchmarks.results import write_results
-from benchmarks.rivals import (
-    OpenVINORunner,
-    TFLiteRunner,
-    nncf_int8,
-    openvino_model,
-    ort_quantize_static,
-    tflite_full_int8,
-)
+from benchmarks.rivals import TFLiteRunner, nncf_int8, ort_quantize_static, tflite_full_int8
 from calibration import METHODS
 from models.resnet50.build import build
 from quantize import Recipe, RunOptions, quantize
 from quantize.bench import compare
 from quantize.coverage import kernel_counts, optimized_graph
-from quantize.runtime import session
+from quantize.runtime import OpenVINOSession, session
 from quantize.target import host_isa, host_target
 
 THREADS = 2
@@ -93,11 +86,11 @@ def main() -> None:
     )
     runners["tflite_int8"] = lambda shape: TFLiteRunner(tflite, shape, THREADS).run
     for name, ov_model in (
-        ("openvino_fp32", openvino_model(fp32)),
+        ("openvino_fp32", fp32),
         ("nncf_int8", nncf_int8(cache / "resnet50.onnx", calib)),
-        ("int8_openvino", openvino_model(ours.model)),
+        ("int8_openvino", ours.model),
     ):
-        runners[name] = lambda shape, m=ov_model: OpenVINORunner(m, shape, THREADS).run
+        runners[name] = lambda shape, m=ov_model: _first_output(OpenVINOSession(m, THREADS, shape))
 
     accuracy = {name: 100 * _top1(make, images, labels) for name, make in runners.items()}
     by_method = {
@@ -168,11 +161,12 @@ def main() -> None:
 
 
 def _onnx_runner(model):
-    def make(shape):
-        s = session(model, THREADS)
-        return lambda x: s.run(None, {"image": x})[0]
+    return lambda shape: _first_output(session(model, THREADS))
 
-    return make
+
+def _first_output(runner):
+    """`x -> logits` of a session with ONNX Runtime's `run`."""
+    return lambda x: runner.run(None, {"image": x})[0]
 
 
 def _top1(make_runner, images: np.ndarray, labels: np.ndarray, batch: int = 250) -> float:

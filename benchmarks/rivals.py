@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from quantize.runtime import openvino_model
 from quantize.target import host_target, saturates
 
 
@@ -147,42 +148,10 @@ class TFLiteRunner:
 def nncf_int8(fp32_path: Path, calib: np.ndarray):
     """NNCF's post-training quantization with its defaults for CNNs (performance preset: symmetric
     activations; fast bias correction) of the FP32 model as OpenVINO reads it, calibrated on
-    every image of `calib`, one per item. An OpenVINO model, for OpenVINORunner."""
+    every image of `calib`, one per item. An OpenVINO model, for OpenVINOSession."""
     os.environ.setdefault("NNCF_CI", "1")  # NNCF reports usage to Intel unless told it runs in CI
     import nncf
-    import openvino as ov
 
-    model = ov.Core().read_model(str(fp32_path))
+    model = openvino_model(fp32_path)
     dataset = nncf.Dataset([calib[i : i + 1] for i in range(len(calib))])
     return nncf.quantize(model, dataset, subset_size=len(calib))
-
-
-def openvino_model(onnx_model: onnx.ModelProto):
-    """An ONNX model as OpenVINO reads it (our Q/DQ INT8 models run as INT8 there too)."""
-    import openvino as ov
-
-    with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "model.onnx"
-        onnx.save(onnx_model, path)
-        return ov.Core().read_model(str(path))
-
-
-class OpenVINORunner:
-    """An OpenVINO model compiled for the CPU at one input shape, as its benchmark_app runs it:
-    static shape, one synchronous request on `threads` threads, and FP32 for whatever is not
-    INT8 (on AMX CPUs OpenVINO would otherwise run it in bf16). `run` as TFLiteRunner's."""
-
-    def __init__(self, model, shape: tuple, threads: int):
-        import openvino as ov
-
-        model = model.clone()
-        model.reshape(list(shape))
-        config = {
-            "INFERENCE_NUM_THREADS": threads,
-            "PERFORMANCE_HINT": "LATENCY",
-            "INFERENCE_PRECISION_HINT": "f32",
-        }
-        self.request = ov.Core().compile_model(model, "CPU", config).create_infer_request()
-
-    def run(self, x: np.ndarray) -> np.ndarray:
-        return self.request.infer([x])[0]

@@ -80,8 +80,8 @@ def fall_back(
 
 def to_fidelity_floor(result: QuantizeResult, max_nodes: int = 8) -> Fallback:
     """Nodes back to FP32 until the worst output's SQNR on the held-out samples reaches the floor,
-    each for at least `FLOOR_STEP_DB`; the one-node trials are ranked on the first `TRIAL_SAMPLES` of them (a 640x640 text detector
-    has 62 Convs, each a trial)."""
+    each for at least `FLOOR_STEP_DB`; the one-node trials are ranked on the first
+    `TRIAL_SAMPLES` of them (a 640x640 text detector has 62 Convs, each a trial)."""
     held_out, threads = result.held_out, result.options.threads
     trial_batches = [first_samples(result.fp32_model, held_out[0], TRIAL_SAMPLES)]
 

@@ -50,29 +50,44 @@ def session(
 RUNTIMES = ("onnxruntime", "openvino")
 
 
+def openvino():
+    """The openvino module; ValueError saying how to install it if it is missing."""
+    try:
+        import openvino
+    except ImportError:
+        raise ValueError("the OpenVINO runtime needs OpenVINO: pip install openvino") from None
+    return openvino
+
+
+def openvino_model(model: onnx.ModelProto | Path):
+    """An ONNX model (in memory or a path) as OpenVINO reads it: quantize's Q/DQ models run in
+    INT8 there."""
+    core = openvino().Core()
+    if not isinstance(model, onnx.ModelProto):
+        return core.read_model(str(model))
+    with tempfile.TemporaryDirectory() as tmp:
+        save_model(model, Path(tmp) / "model.onnx")
+        return core.read_model(str(Path(tmp) / "model.onnx"))
+
+
 class OpenVINOSession:
     """A model compiled by OpenVINO for this CPU, with ONNX Runtime's `run(None, feeds)` (the
     outputs in the graph's order). One request on `threads` threads (0: OpenVINO's choice), and
-    FP32 for whatever is not INT8: on AMX CPUs OpenVINO would otherwise run it in bf16."""
+    FP32 for whatever is not INT8: on AMX CPUs OpenVINO would otherwise run it in bf16.
 
-    def __init__(self, model: onnx.ModelProto | Path, threads: int = 0):
-        try:
-            import openvino as ov
-        except ImportError:
-            raise RuntimeError(
-                "the OpenVINO runtime needs OpenVINO: pip install openvino"
-            ) from None
-        core = ov.Core()
-        if isinstance(model, onnx.ModelProto):
-            with tempfile.TemporaryDirectory() as tmp:
-                save_model(model, Path(tmp) / "model.onnx")
-                read = core.read_model(str(Path(tmp) / "model.onnx"))
-        else:
-            read = core.read_model(str(model))
+    `model` is ONNX (in memory or a path) or an OpenVINO model (NNCF's output); `shape`, if
+    given, compiles it for that one input shape, as OpenVINO's benchmark_app does."""
+
+    def __init__(self, model, threads: int = 0, shape: tuple[int, ...] | None = None):
+        ov = openvino()
+        read = model if isinstance(model, ov.Model) else openvino_model(model)
+        if shape is not None:
+            read = read.clone()
+            read.reshape(list(shape))
         config = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32"}
         if threads:
             config["INFERENCE_NUM_THREADS"] = threads
-        self._compiled = core.compile_model(read, "CPU", config)
+        self._compiled = ov.Core().compile_model(read, "CPU", config)
         self._request = self._compiled.create_infer_request()
 
     def run(self, output_names: None, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:

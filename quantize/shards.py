@@ -78,9 +78,9 @@ class ShardedJob:
                 )
         else:
             write_text(job_file, json.dumps(job, indent=2))
-        for shard in self.shards:  # what a killed run was writing: atomic_path's temporary files
-            for partial in self.folder.glob(f".{self.path(shard).name}.*.tmp"):
-                partial.unlink()
+        # what a killed run was writing: atomic_path's temporary files, `.<shard file>.*.tmp`
+        for partial in self.folder.glob(f".{self.stem}-*{self.suffix}.*.tmp"):
+            partial.unlink()
         return [s for s in self.shards if not self.path(s).exists()]
 
     def runner(self, make_writer: Callable[[int], WriteShard]) -> Callable[[int], Callable]:
