@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 
 from benchmarks.results import RESULTS, write_results
 from benchmarks.rivals import TFLiteRunner, ort_quantize_static, tflite_full_int8
@@ -82,7 +83,7 @@ def main() -> None:
         one_model = quantize(
             Path(tmp) / "generator.onnx",
             Path(tmp) / "latents.npy",
-            Recipe.generator(fp32),
+            Recipe.generator(ir.from_proto(fp32)),
             RunOptions(threads=THREADS),
         )
         by_energy = quantize_by_energy(

@@ -48,7 +48,7 @@ class Calibration:
     """What lowering needs and is cheap to keep: the models, the INT8 candidates and the
     activation histograms (fixed size), so a result can be lowered again without recalibrating."""
 
-    original: onnx.ModelProto
+    original: ir.Model  # as loaded, read only
     graph: ir.Model  # the clean FP32 model, read only: each lowering works on a clone
     clean: onnx.ModelProto  # the same, for ONNX Runtime and the result
     selection: Selection  # after kernel timings and ranges sent nodes back to FP32
@@ -112,14 +112,15 @@ def quantize(
     recipe = replace(recipe, target=resolve(recipe.target))
     original = load_model(model_path)
     _check_float32(original, model_path)
-    graph = _cleaned(original)
+    graph = passes.cleanup(original.clone())
     clean = _for_ort(graph)
     inputs = input_specs(clean)
     source = open_calibration(calib, inputs, image_preprocess or _recipe_preprocess(original))
     batch_size, fixed = _batch_size(inputs, options, model_path)
     n_cal, held_range = _split(source.num_samples, options, batch_size if fixed else 1, source.path)
     held_out = list(source.batches(*held_range, batch_size))
-    _check_cleanup(original, clean, held_out[0], model_path)
+    reference = _outputs(_for_ort(original), held_out[0], model_path)
+    _check_cleanup(reference, clean, held_out[0])
 
     selection = select_nodes(graph, recipe.overrides.fp32, recipe.activation_matmuls)
     _check_refined_convs(graph, selection.int8, recipe, model_path)
@@ -137,7 +138,7 @@ def quantize(
             options.threads,
         )
         clean = _for_ort(graph)
-        _check_cleanup(original, clean, held_out[0], model_path)
+        _check_cleanup(reference, clean, held_out[0])
         selection = select_nodes(graph, recipe.overrides.fp32, recipe.activation_matmuls).without(
             scaling_muls
         )
@@ -363,12 +364,7 @@ def _smooth(
 def cleaned_fp32(model_path) -> onnx.ModelProto:
     """The FP32 graph INT8 starts from: the model after quantize's clean-up passes (the fair
     FP32 baseline to time INT8 against)."""
-    return _for_ort(_cleaned(load_model(model_path)))
-
-
-def _cleaned(model: onnx.ModelProto) -> ir.Model:
-    """The model in IR, after the clean-up passes: the IR every later step works on."""
-    return passes.cleanup(ir.serde.deserialize_model(model))
+    return _for_ort(passes.cleanup(load_model(model_path)))
 
 
 def _for_ort(model: ir.Model) -> onnx.ModelProto:
@@ -437,16 +433,18 @@ def _split(
     return n_cal, (0, min(whole, held))
 
 
-def _check_cleanup(
-    original: onnx.ModelProto, clean: onnx.ModelProto, batch: dict, model_path
-) -> None:
-    """The FP32 clean-up must not change what the model computes."""
+def _outputs(model: onnx.ModelProto, batch: dict, model_path) -> list[np.ndarray]:
+    """The model's outputs on `batch`; InputError if ONNX Runtime cannot run it."""
     try:
-        ref = session(original).run(None, batch)
+        return session(model).run(None, batch)
     except Exception as exc:  # ORT's own error types for a model it rejects
         raise InputError(
             model_path, f"ONNX Runtime cannot run the model: {str(exc).splitlines()[0]}"
         ) from None
+
+
+def _check_cleanup(ref: list[np.ndarray], clean: onnx.ModelProto, batch: dict) -> None:
+    """The FP32 clean-up must not change what the model computes (`ref`: the outputs as loaded)."""
     got = session(clean).run(None, batch)
     for r, g in zip(ref, got):
         if r.dtype.kind == "f" and not np.allclose(
@@ -457,12 +455,12 @@ def _check_cleanup(
             )
 
 
-def _check_float32(model: onnx.ModelProto, model_path) -> None:
+def _check_float32(model: ir.Model, model_path) -> None:
     """A half-precision model has no float32 weight to quantize: say so rather than return it unchanged."""
-    weights = {t.data_type for t in model.graph.initializer}
-    half = {onnx.TensorProto.FLOAT16: "float16", onnx.TensorProto.BFLOAT16: "bfloat16"}
+    weights = {v.const_value.dtype for v in model.graph.initializers.values() if v.const_value}
+    half = {ir.DataType.FLOAT16: "float16", ir.DataType.BFLOAT16: "bfloat16"}
     kinds = " and ".join(name for dtype, name in half.items() if dtype in weights)
-    if kinds and onnx.TensorProto.FLOAT not in weights:
+    if kinds and ir.DataType.FLOAT not in weights:
         raise InputError(
             model_path,
             f"the model computes in {kinds}: INT8 quantization starts from a float32 model; convert its "
@@ -488,13 +486,13 @@ def _check_refined_convs(graph: ir.Model, nodes: set[str], recipe: Recipe, model
                 )
 
 
-def _recipe_preprocess(model: onnx.ModelProto) -> ImagePreprocess | None:
-    recipe = next((p.value for p in model.metadata_props if p.key == PREPROCESS_KEY), None)
+def _recipe_preprocess(model: ir.Model) -> ImagePreprocess | None:
+    recipe = model.metadata_props.get(PREPROCESS_KEY)
     return ImagePreprocess.from_recipe(json.loads(recipe)) if recipe else None
 
 
-def _stamp(int8: onnx.ModelProto, original: onnx.ModelProto, recipe: Recipe) -> None:
-    kept = {p.key: p.value for p in original.metadata_props}
+def _stamp(int8: onnx.ModelProto, original: ir.Model, recipe: Recipe) -> None:
+    kept = dict(original.metadata_props)
     kept[RECIPE_KEY] = json.dumps(recipe.to_dict())
     kept[TARGET_KEY] = recipe.target
     kept["quantize.version"] = __version__

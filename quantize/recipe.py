@@ -12,6 +12,7 @@ import json
 from dataclasses import asdict, dataclass, fields
 
 import onnx
+import onnx_ir as ir
 
 from calibration import Percentile, RangeMethod, method_from_dict, method_to_dict
 from quantize.policy import TRANSFORMER_FP32_OPS
@@ -87,13 +88,13 @@ class Recipe:
         )
 
     @classmethod
-    def generator(cls, model: onnx.ModelProto, **changes) -> "Recipe":
+    def generator(cls, model: ir.Model, **changes) -> "Recipe":
         """For a generator whose output spans decades (the 3DGAN's showers): the output
         convolution FP32 (uint8 cannot hold six decades of cell energy); the two convolutions
         before it with widened outputs, the last of them with its input at two levels;
         LeakyReLU and BatchNorm's Mul and Add in FP32, so that each block is requantized once,
         at the next convolution's input."""
-        convs = [n.name for n in model.graph.node if n.op_type == "Conv"]
+        convs = [n.name for n in model.graph if n.op_type == "Conv"]
         if len(convs) < 3:
             raise ValueError(
                 f"the generator recipe needs at least 3 Convs; the model has {len(convs)}"
@@ -139,9 +140,10 @@ class Recipe:
         return cls(**parts)
 
     @classmethod
-    def from_model(cls, model: onnx.ModelProto) -> "Recipe":
-        """The recipe a quantized model was made with; ValueError if it carries none."""
-        stamped = next((p.value for p in model.metadata_props if p.key == RECIPE_KEY), None)
+    def from_model(cls, model: onnx.ModelProto | ir.Model) -> "Recipe":
+        """The recipe a quantized model (as saved, or in IR) was made with; ValueError if it
+        carries none."""
+        stamped = metadata(model).get(RECIPE_KEY)
         if stamped is None:
             raise ValueError("the model carries no quantize recipe: it was not made by quantize")
         return cls.from_dict(json.loads(stamped))
@@ -166,45 +168,56 @@ PRESETS = {"cnn": Recipe.cnn, "transformer": Recipe.transformer, "generator": Re
 PRESETS_NEEDING_MODEL = {"generator"}
 
 
-def preset_for(model: onnx.ModelProto) -> str:
+def preset_for(model: ir.Model) -> str:
     """The preset a graph calls for: `transformer` where it has attention (a Softmax over the
     product of two activations), a LayerNorm (fused or as ReduceMean ... Sqrt) or an embedding
     table; else `cnn` (a classifier's final MatMul and Softmax are not attention)."""
-    ops = {n.op_type for n in model.graph.node}
-    float_tables = {
-        t.name
-        for t in model.graph.initializer
-        if t.data_type == onnx.TensorProto.FLOAT and len(t.dims) == 2
-    }
-    embedding = any(n.op_type == "Gather" and n.input[0] in float_tables for n in model.graph.node)
+    nodes = list(model.graph)
+    ops = {n.op_type for n in nodes}
+    embedding = any(n.op_type == "Gather" and _is_float_table(n.inputs[0]) for n in nodes)
     layer_norm = "LayerNormalization" in ops or {"ReduceMean", "Sqrt"} <= ops
-    attention = any(_is_attention_softmax(n, model) for n in model.graph.node)
+    attention = any(_is_attention_softmax(n) for n in nodes)
     return "transformer" if embedding or layer_norm or attention else "cnn"
 
 
-def _is_attention_softmax(softmax: onnx.NodeProto, model: onnx.ModelProto) -> bool:
+def metadata(model: onnx.ModelProto | ir.Model) -> dict[str, str]:
+    """A model's metadata properties, whether it is held as saved or in IR."""
+    if isinstance(model, ir.Model):
+        return dict(model.metadata_props)
+    return {p.key: p.value for p in model.metadata_props}
+
+
+def _is_float_table(value: ir.Value) -> bool:
+    table = value.const_value
+    return table is not None and table.dtype == ir.DataType.FLOAT and len(table.shape) == 2
+
+
+def _is_constant(value: ir.Value) -> bool:
+    producer = value.producer()
+    return value.const_value is not None or (
+        producer is not None and producer.op_type == "Constant"
+    )
+
+
+def _is_attention_softmax(softmax: ir.Node) -> bool:
     """A Softmax whose input comes, through scaling or masking, from a MatMul of two activations."""
     if softmax.op_type != "Softmax":
         return False
-    constants = {t.name for t in model.graph.initializer} | {
-        o for n in model.graph.node if n.op_type == "Constant" for o in n.output
-    }
-    producer = {o: n for n in model.graph.node for o in n.output}
-    frontier, seen = [softmax.input[0]], set()
+    frontier, seen = [softmax.inputs[0]], set()
     while frontier:
-        node = producer.get(frontier.pop())
-        if node is None or node.name in seen:
+        node = frontier.pop().producer()
+        if node is None or node in seen:
             continue
-        seen.add(node.name)
+        seen.add(node)
         if node.op_type == "MatMul":
-            if not constants & set(node.input):
+            if not any(_is_constant(i) for i in node.inputs):
                 return True
         elif node.op_type in ("Add", "Mul", "Div", "Sub", "Where", "Cast", "Reshape"):
-            frontier.extend(i for i in node.input if i not in constants)
+            frontier.extend(i for i in node.inputs if i is not None and not _is_constant(i))
     return False
 
 
-def preset(name: str, model: onnx.ModelProto, **changes) -> Recipe:
+def preset(name: str, model: ir.Model, **changes) -> Recipe:
     """The recipe of preset `name` for `model`, with `changes` to its fields."""
     if name not in PRESETS:
         raise ValueError(f"unknown preset {name!r}; choose from auto, {', '.join(PRESETS)}")

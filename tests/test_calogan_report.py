@@ -7,6 +7,7 @@ import keras
 import matplotlib  # noqa: F401  (a required dependency: missing, it fails the suite)
 import numpy as np
 import onnx
+import onnx_ir as ir
 import pytest
 
 from models.calogan.evaluate import PhysicsEvaluator  # noqa: E402
@@ -28,7 +29,7 @@ def test_report_has_the_physics_section_with_a_rival_beside_ours(tmp_path):
     result = quantize(
         tmp_path / "g.onnx",
         tmp_path / "latents.npy",
-        Recipe.generator(fp32),
+        Recipe.generator(ir.from_proto(fp32)),
         RunOptions(calib_samples=64),
     )
     halved = onnx_source(fp32)
@@ -89,7 +90,7 @@ def generator_and_int8(tmp_path_factory):
     onnx.save(fp32, path)
     z = latents(np.random.default_rng(0).uniform(50, 100, 256), seed=1)
     batches = [{"latent": z[i : i + 64]} for i in range(0, len(z), 64)]
-    return fp32, quantize(path, batches, Recipe.generator(fp32)).model, z
+    return fp32, quantize(path, batches, Recipe.generator(ir.from_proto(fp32))).model, z
 
 
 def test_the_cell_correction_restores_fp32s_energy_from_an_excess_or_a_deficit_and_the_graph_computes_its_numpy_twin(
@@ -99,7 +100,9 @@ def test_the_cell_correction_restores_fp32s_energy_from_an_excess_or_a_deficit_a
 
     fp32, int8, z = generator_and_int8
     output_conv = next(
-        n for n in int8.graph.node if n.name == Recipe.generator(fp32).overrides.fp32[0]
+        n
+        for n in int8.graph.node
+        if n.name == Recipe.generator(ir.from_proto(fp32)).overrides.fp32[0]
     )
 
     def scaled(gain):  # the output convolution's kernel x gain: an energy excess or deficit

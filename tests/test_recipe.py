@@ -3,6 +3,7 @@
 import json
 
 import onnx
+import onnx_ir as ir
 import pytest
 from graphs import conv_net
 
@@ -59,18 +60,18 @@ def test_invalid_values_are_refused_where_they_are_made():
 
 
 def test_presets_are_constructors_and_the_generator_reads_its_model():
-    assert preset("cnn", conv_net()) == Recipe()
-    assert preset("transformer", conv_net()).smoothing == SmoothQuant(0.8)
+    assert preset("cnn", ir.from_proto(conv_net())) == Recipe()
+    assert preset("transformer", ir.from_proto(conv_net())).smoothing == SmoothQuant(0.8)
     model = conv_net()
     convs = [n.name for n in model.graph.node if n.op_type == "Conv"]
     with pytest.raises(ValueError, match="at least 3 Convs"):
-        preset("generator", model)
+        preset("generator", ir.from_proto(model))
     extra = onnx.helper.make_node("Conv", ["y", "w9"], ["z"], name="conv9")
     model.graph.node.append(extra)
-    generator = preset("generator", model).overrides
+    generator = preset("generator", ir.from_proto(model)).overrides
     assert (
         generator.fp32[0] == "conv9"
         and generator.wide_outputs == tuple(convs[-2:])
         and generator.residual_inputs == (convs[-1],)
     )
-    assert preset_for(conv_net()) == "cnn"
+    assert preset_for(ir.from_proto(conv_net())) == "cnn"

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 
 from models.calogan.cell_maps import CellMaps, fit_cell_maps, output_relu
 from models.calogan.network import LATENT, generator
@@ -162,7 +163,7 @@ def quantize_by_energy(
     correction needs all: 4096 latents halved the m2_x separation that 1024 left at 50 GeV (ad hoc,
     one map per range; now each half of the range's latents gets its own map)."""
     model = onnx.load(fp32_path)
-    recipe = Recipe.generator(model)
+    recipe = Recipe.generator(ir.from_proto(model))
     models = []
     for i, (low, high) in enumerate(zip(edges[:-1], edges[1:])):
         rng = np.random.default_rng([seed, i])

@@ -1,13 +1,13 @@
 """Frontends: turn whatever the user holds into an ONNX model the passes can rewrite.
 
 `load_model` is the one entry point: `.onnx` files, TensorFlow SavedModel directories and
-Keras `.keras` / `.h5` files all come out as an `onnx.ModelProto` at opset >= 13 (the
-lowest opset with per-channel QuantizeLinear/DequantizeLinear).
+Keras `.keras` / `.h5` files all come out as an `ir.Model` at opset >= 13 (the lowest opset
+with per-channel QuantizeLinear/DequantizeLinear): the IR every later step works on.
 """
 
 from pathlib import Path
 
-import onnx
+import onnx_ir as ir
 
 from onnxio import InputError
 from quantize.frontend.onnx_file import load_onnx, upgrade_opset
@@ -15,7 +15,7 @@ from quantize.frontend.onnx_file import load_onnx, upgrade_opset
 MIN_OPSET = 13
 
 
-def load_model(path) -> onnx.ModelProto:
+def load_model(path) -> ir.Model:
     path = Path(path)
     if not path.exists():
         raise InputError(path, "no such file or directory")
@@ -33,4 +33,4 @@ def load_model(path) -> onnx.ModelProto:
         model = keras_file_to_onnx(path)
     else:
         model = load_onnx(path)
-    return upgrade_opset(model, MIN_OPSET, path)
+    return ir.serde.deserialize_model(upgrade_opset(model, MIN_OPSET, path))
