@@ -1,6 +1,6 @@
 """`python -m benchmarks.resnet50`: ResNet-50 FP32 (as exported, and after quantize's clean-up:
-the baseline) vs this toolkit's INT8 vs ONNX Runtime's quantize_static, TensorFlow Lite
-full-integer and OpenVINO (FP32, NNCF INT8, and our INT8 model run by OpenVINO), in one run on
+the baseline) vs this toolkit's INT8 vs ONNX Runtime's quantize_static, AMD Quark, TensorFlow
+Lite full-integer and OpenVINO (FP32, NNCF INT8, and our INT8 model run by OpenVINO), in one run on
 this machine. Writes benchmarks/results/resnet50_TARGET.json and .md, one pair per CPU target
 (avx2, vnni, amx): the comparison differs by INT8 path.
 
@@ -19,7 +19,13 @@ import numpy as np
 import onnx
 
 from benchmarks.results import write_results
-from benchmarks.rivals import TFLiteRunner, nncf_int8, ort_quantize_static, tflite_full_int8
+from benchmarks.rivals import (
+    TFLiteRunner,
+    nncf_int8,
+    ort_quantize_static,
+    quark_int8,
+    tflite_full_int8,
+)
 from calibration import METHODS
 from models.resnet50.build import build
 from quantize import Recipe, RunOptions, quantize
@@ -37,6 +43,7 @@ LABELS = {
     "int8": "quantize INT8 (ORT), calibrated at 32x32",
     "int8_224": "quantize INT8 (ORT), calibrated at 224x224",
     "ort_quantize_static": "ORT quantize_static INT8",
+    "quark_int8": "AMD Quark INT8 (ORT)",
     "tflite_int8": "TFLite full-integer",
     "openvino_fp32": "OpenVINO FP32",
     "nncf_int8": "NNCF INT8 (OpenVINO)",
@@ -79,6 +86,7 @@ def main() -> None:
         "int8": ours.model,
         "int8_224": ours_224.model,
         "ort_quantize_static": ort_quantize_static(fp32, {"image": calib}),
+        "quark_int8": quark_int8(cache / "resnet50.onnx", calib, "image"),
     }
     runners = {name: _onnx_runner(model) for name, model in onnx_models.items()}
     tflite = tflite_full_int8(

@@ -2,6 +2,7 @@
 
 import contextlib
 import os
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -155,3 +156,26 @@ def nncf_int8(fp32_path: Path, calib: np.ndarray):
     model = openvino_model(fp32_path)
     dataset = nncf.Dataset([calib[i : i + 1] for i in range(len(calib))])
     return nncf.quantize(model, dataset, subset_size=len(calib))
+
+
+QUARK_PYTHON = Path(os.environ.get("QUARK_PYTHON", ".venv-quark/bin/python"))
+
+
+def quark_int8(fp32_path: Path, calib: np.ndarray, input_name: str) -> onnx.ModelProto:
+    """AMD Quark's ONNX PTQ (benchmarks/quark_child.py: U8S8_AAWS, per-channel, cross-layer
+    equalization; 7-bit weights where this CPU saturates), in Quark's own virtualenv."""
+    if not QUARK_PYTHON.exists():
+        raise RuntimeError(f"AMD Quark is not installed: no {QUARK_PYTHON} (run: make .venv-quark/.installed)")
+    with tempfile.TemporaryDirectory() as tmp:
+        calib_path, out = Path(tmp) / "calib.npz", Path(tmp) / "quark.onnx"
+        np.savez(calib_path, calib)
+        run = subprocess.run(
+            [str(QUARK_PYTHON), str(Path(__file__).with_name("quark_child.py"))]
+            + [str(fp32_path), str(calib_path), input_name, str(out)]
+            + (["--reduce-range"] if saturates(host_target()) else []),
+            capture_output=True,
+            text=True,
+        )
+        if run.returncode:
+            raise RuntimeError(f"AMD Quark failed: {run.stderr.strip().splitlines()[-1]}")
+        return onnx.load(out)

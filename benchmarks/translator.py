@@ -1,8 +1,11 @@
-"""Translator: FP32 vs INT8 (ours, ORT quantize_dynamic, ORT quantize_static), end to end.
+"""Translator: FP32 (as exported, and after quantize's clean-up: the baseline) vs INT8 (ours,
+ORT quantize_dynamic, ORT quantize_static), end to end, and CTranslate2 (float32 and int8) on
+the same trained weights.
 
 `python -m benchmarks.translator` (needs `python -m models.translator build`): translates the
 test split (packages the model never saw), greedy, through the bin-packing batcher on all
-cores. Every variant runs at every batcher setting (token budget x streams x padding cap); a setting's time
+cores. CTranslate2 batches by itself (`max_batch_size` source tokens, `batch_type="tokens"`,
+`inter_threads` workers), at every token budget x worker count. Every ONNX variant runs at every batcher setting (token budget x streams x padding cap); a setting's time
 is the median of ROUNDS interleaved runs on warm sessions (each has translated the longest
 batch once, as a server's would have), and each variant is reported at its own best
 setting (and FP32 at the same setting as ours). BLEU is sacrebleu's, at the best setting,
@@ -20,13 +23,17 @@ import numpy as np
 import onnx
 import sacrebleu
 
+from benchmarks.ct2_translator import CT2Translator, convert
 from benchmarks.results import write_results
 from benchmarks.rivals import ort_quantize_dynamic, ort_quantize_static
 from models.translator.build import calibration_sentences, map_graphs, quantize_translator
 from models.translator.corpus import build_corpus, read_split
 from models.translator.evaluate import calibration_feeds
+from models.translator.network import SMALL
+from models.translator.train import build_model
 from models.translator.translate import Translator, TranslatorFiles, default_folder
 from quantize.batcher import StreamPool, pack, padding_fraction
+from quantize.pipeline import cleaned_fp32
 from quantize.recipe import Recipe
 from quantize.target import host_isa
 
@@ -35,6 +42,7 @@ ARRIVAL_BATCH = 32
 TOKEN_BUDGETS = (1024, 2048, 4096, 8192, 16384)
 PADDING_CAPS = (0.1, 1.0)  # 1.0: budget and batch size only
 MAX_BATCH = 256
+CT2_COMPUTE_TYPES = {"ctranslate2_fp32": "float32", "ctranslate2_int8": "int8"}
 
 
 def main() -> None:
@@ -44,6 +52,7 @@ def main() -> None:
     feeds = calibration_feeds(base, calibration_sentences())
     variants = {
         "fp32": base,
+        "fp32_clean": map_graphs(base, ".clean", lambda graph, path: cleaned_fp32(path)),
         "ours": quantize_translator(base, Recipe.transformer(), feeds)[0],
         "ort_dynamic": map_graphs(
             base, ".ort-dynamic", lambda graph, path: ort_quantize_dynamic(onnx.load(path))
@@ -54,15 +63,32 @@ def main() -> None:
             lambda graph, path: ort_quantize_static(onnx.load(path), feeds[graph]),
         ),
     }
+    ct2_folder = convert(
+        build_model(SMALL, default_folder() / "translator.weights.h5"),
+        base.tokenizer,
+        default_folder() / "ctranslate2",
+    )
     lengths = Translator(base, threads=1).token_lengths(english)
-    streams_options = sorted({1, len(os.sched_getaffinity(0))})
+    cores = len(os.sched_getaffinity(0))
+    streams_options = sorted({1, cores})
     settings = [
         (budget, streams, cap)
         for budget in TOKEN_BUDGETS
         for streams in streams_options
         for cap in PADDING_CAPS
     ]
-    seconds = {(name, s): [] for name in variants for s in settings}
+    ct2_settings = [
+        (budget, workers, None) for budget in TOKEN_BUDGETS for workers in streams_options
+    ]
+    ct2 = {
+        (name, workers): _warm(
+            CT2Translator(ct2_folder, base.tokenizer, kind, cores // workers, workers), english
+        )
+        for name, kind in CT2_COMPUTE_TYPES.items()
+        for workers in streams_options
+    }
+    settings_of = dict.fromkeys(variants, settings) | dict.fromkeys(CT2_COMPUTE_TYPES, ct2_settings)
+    seconds = {(name, s): [] for name, options in settings_of.items() for s in options}
     translations = {}
     for _ in range(ROUNDS):
         for budget, streams, cap in settings:
@@ -72,16 +98,25 @@ def main() -> None:
                     english, batches, files, streams
                 )
                 seconds[(name, (budget, streams, cap))].append(elapsed)
+        for budget, workers, _ in ct2_settings:
+            for name in CT2_COMPUTE_TYPES:
+                start = time.perf_counter()
+                translations[(name, (budget, workers, None))] = ct2[(name, workers)](
+                    english, budget
+                )
+                seconds[(name, (budget, workers, None))].append(time.perf_counter() - start)
     per_s = {key: len(english) / statistics.median(s) for key, s in seconds.items()}
-    best = {name: max(settings, key=lambda s: per_s[(name, s)]) for name in variants}
+    best = {
+        name: max(options, key=lambda s: per_s[(name, s)]) for name, options in settings_of.items()
+    }
     bleu_by_setting = {
         key: sacrebleu.corpus_bleu(out, references).score for key, out in translations.items()
     }
-    bleu = {name: bleu_by_setting[(name, best[name])] for name in variants}
-    output = {name: translations[(name, best[name])] for name in variants}
+    bleu = {name: bleu_by_setting[(name, best[name])] for name in settings_of}
+    output = {name: translations[(name, best[name])] for name in settings_of}
     identical = {
         name: sum(a == b for a, b in zip(output[name], output["fp32"])) / len(english)
-        for name in variants
+        for name in settings_of
     }
 
     budget, streams, cap = best["ours"]
@@ -91,19 +126,23 @@ def main() -> None:
         for i in range(0, len(english), ARRIVAL_BATCH)
     ]
     batcher = {}
-    for name in ("ours", "fp32"):
+    for name in ("ours", "fp32_clean"):
         times = {"packed": [], "arrival": []}
         for _ in range(ROUNDS):
             times["packed"].append(_timed(english, packed, variants[name], streams)[0])
             times["arrival"].append(_timed(english, arrival, variants[name], streams)[0])
         batcher[name] = statistics.median(times["arrival"]) / statistics.median(times["packed"])
 
-    fp32_best = per_s[("fp32", best["fp32"])]
+    at_best = {name: per_s[(name, s)] for name, s in best.items()}
     data = {
-        "fp32_sentences_per_s": fp32_best,
-        "int8_sentences_per_s": per_s[("ours", best["ours"])],
-        "int8_speedup": per_s[("ours", best["ours"])] / fp32_best,
-        "int8_speedup_same_setting": per_s[("ours", best["ours"])] / per_s[("fp32", best["ours"])],
+        "fp32_sentences_per_s": at_best["fp32"],
+        "fp32_clean_sentences_per_s": at_best["fp32_clean"],
+        "int8_sentences_per_s": at_best["ours"],
+        "baseline": "fp32_clean",
+        "int8_speedup": at_best["ours"] / at_best["fp32_clean"],
+        "int8_speedup_vs_exported": at_best["ours"] / at_best["fp32"],
+        "int8_speedup_same_setting": at_best["ours"] / per_s[("fp32_clean", best["ours"])],
+        "int8_over_ctranslate2_int8": at_best["ours"] / at_best["ctranslate2_int8"],
         "bleu_fp32": bleu["fp32"],
         "bleu_int8": bleu["ours"],
         "bleu_drop_relative_pct": 100 * (bleu["fp32"] - bleu["ours"]) / bleu["fp32"],
@@ -112,21 +151,21 @@ def main() -> None:
         ),
         "translations_identical_to_fp32": identical,
         "batcher_speedup_vs_arrival_order": batcher["ours"],
-        "batcher_speedup_vs_arrival_order_fp32": batcher["fp32"],
+        "batcher_speedup_vs_arrival_order_fp32": batcher["fp32_clean"],
         "padding_fraction": padding_fraction(lengths, packed),
         "padding_fraction_arrival_order": padding_fraction(lengths, arrival),
         "best_setting": {
             name: {"token_budget": s[0], "streams": s[1], "max_padding": s[2]}
             for name, s in best.items()
         },
-        "sentences_per_s_at_best": {name: per_s[(name, s)] for name, s in best.items()},
+        "sentences_per_s_at_best": at_best,
         "bleu": bleu,
         "bleu_range_over_settings": {
             name: [
-                min(bleu_by_setting[(name, s)] for s in settings),
-                max(bleu_by_setting[(name, s)] for s in settings),
+                min(bleu_by_setting[(name, s)] for s in options),
+                max(bleu_by_setting[(name, s)] for s in options),
             ]
-            for name in variants
+            for name, options in settings_of.items()
         },
         "sentences_per_s_by_setting": {
             f"{name} budget={s[0]} streams={s[1]} max_padding={s[2]}": v
@@ -141,6 +180,9 @@ def main() -> None:
             "rounds": ROUNDS,
             "recipe": Recipe.transformer().to_dict(),
             "calibration": f"{len(feeds['encoder'])} encoder and {len(feeds['decoder'])} decoder-step feeds from dev-split sentences",
+            "ctranslate2": "converted from the same Keras weights (benchmarks/ct2_translator.py); int8 = "
+            'compute_type="int8"; its own batching: max_batch_size tokens, workers = inter_threads, '
+            "intra_threads = cores / workers; max_decoding_length = the model's max_len - 1",
         },
         "isa": host_isa(),
     }
@@ -165,6 +207,12 @@ def _paired_bootstrap(
     return [float(v) for v in np.percentile(diffs, [2.5, 97.5])]
 
 
+def _warm(translator: CT2Translator, english: list[str]) -> CT2Translator:
+    """Has translated the longest sentences once, as a server's would have."""
+    translator(sorted(english, key=len)[-32:])
+    return translator
+
+
 def _timed(
     english: list[str], batches: list[list[int]], files: TranslatorFiles, streams: int
 ) -> tuple[float, list[str]]:
@@ -183,10 +231,17 @@ def _timed(
 
 
 def _markdown(d: dict) -> str:
+    speed, clean = d["sentences_per_s_at_best"], d["fp32_clean_sentences_per_s"]
+
+    def setting(s: dict) -> str:
+        padding = "CTranslate2's own" if s["max_padding"] is None else s["max_padding"]
+        return f"{s['token_budget']} x {s['streams']} x {padding}"
+
     rows = [
-        f"| {name} | {d['sentences_per_s_at_best'][name]:.0f} | {d['sentences_per_s_at_best'][name] / d['fp32_sentences_per_s']:.2f}x | "
-        f"{s['token_budget']} x {s['streams']} x {s['max_padding']} | {d['bleu'][name]:.2f} | "
-        f"{d['bleu_range_over_settings'][name][0]:.2f}-{d['bleu_range_over_settings'][name][1]:.2f} |"
+        f"| {name} | {speed[name]:.0f} | {speed[name] / clean:.2f}x | {speed[name] / d['fp32_sentences_per_s']:.2f}x | "
+        f"{setting(s)} | {d['bleu'][name]:.2f} | "
+        f"{d['bleu_range_over_settings'][name][0]:.2f}-{d['bleu_range_over_settings'][name][1]:.2f} | "
+        f"{100 * d['translations_identical_to_fp32'][name]:.1f} % |"
         for name, s in d["best_setting"].items()
     ]
     isa = d["isa"]
@@ -194,16 +249,16 @@ def _markdown(d: dict) -> str:
         [
             f"# Translator (test split: {d['test_sentences']} sentences from packages the model never saw; {isa['cpu']}, {isa['int8_gemm_path']})",
             "",
-            "| variant | sentences/s (best setting) | vs FP32 best | token budget x streams x padding cap | BLEU | BLEU over all settings |",
-            "|---|---|---|---|---|---|",
+            "| variant | sentences/s (best setting) | x FP32 after clean-up | x FP32 as exported | token budget x streams x padding cap | BLEU | BLEU over all settings | identical to FP32 |",
+            "|---|---|---|---|---|---|---|---|",
             *rows,
             "",
-            f"INT8 (ours) {d['int8_speedup']:.2f}x FP32 at each one's best setting ({d['int8_speedup_same_setting']:.2f}x at the same setting); "
+            f"INT8 (ours) {d['int8_speedup']:.2f}x the cleaned FP32 graph at each one's best setting ({d['int8_speedup_same_setting']:.2f}x at the same setting, "
+            f"{d['int8_speedup_vs_exported']:.2f}x FP32 as exported) and {d['int8_over_ctranslate2_int8']:.2f}x CTranslate2 int8; "
             f"BLEU {d['bleu_fp32']:.2f} -> {d['bleu_int8']:.2f} ({d['bleu_drop_relative_pct']:+.2f} % relative drop; the test set resolves "
-            f"differences outside [{d['bleu_int8_minus_fp32_95pct_interval'][0]:+.2f}, {d['bleu_int8_minus_fp32_95pct_interval'][1]:+.2f}] BLEU); "
-            f"{100 * d['translations_identical_to_fp32']['ours']:.1f} % of INT8 translations identical to FP32's.",
+            f"differences outside [{d['bleu_int8_minus_fp32_95pct_interval'][0]:+.2f}, {d['bleu_int8_minus_fp32_95pct_interval'][1]:+.2f}] BLEU).",
             f"Batcher vs arrival-order batches of {d['setup']['arrival_batch']}: {d['batcher_speedup_vs_arrival_order']:.2f}x (INT8), "
-            f"{d['batcher_speedup_vs_arrival_order_fp32']:.2f}x (FP32); source padding {100 * d['padding_fraction']:.1f} % vs "
+            f"{d['batcher_speedup_vs_arrival_order_fp32']:.2f}x (FP32 after clean-up); source padding {100 * d['padding_fraction']:.1f} % vs "
             f"{100 * d['padding_fraction_arrival_order']:.1f} %.",
             "",
         ]

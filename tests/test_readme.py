@@ -14,7 +14,6 @@ PREDATE_PROVENANCE = {
     "calibration_memory",
     "calogan",
     "calogan_report",
-    "external_encoder",
     "simulator",
     "translator",
 }
