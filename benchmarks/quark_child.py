@@ -1,4 +1,4 @@
-"""AMD Quark's ONNX PTQ, run by the Python of its own virtualenv (`make .venv-quark`: Quark pins
+"""AMD Quark's ONNX PTQ, run by the Python of its own virtualenv (`make .venv-quark/.installed`: Quark pins
 older onnx and onnxruntime than this project uses), so this file imports nothing of ours.
 
     python benchmarks/quark_child.py FP32.onnx CALIB.npz INPUT_NAME OUT.onnx [--reduce-range]

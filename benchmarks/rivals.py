@@ -165,7 +165,9 @@ def quark_int8(fp32_path: Path, calib: np.ndarray, input_name: str) -> onnx.Mode
     """AMD Quark's ONNX PTQ (benchmarks/quark_child.py: U8S8_AAWS, per-channel, cross-layer
     equalization; 7-bit weights where this CPU saturates), in Quark's own virtualenv."""
     if not QUARK_PYTHON.exists():
-        raise RuntimeError(f"AMD Quark is not installed: no {QUARK_PYTHON} (run: make .venv-quark/.installed)")
+        raise RuntimeError(
+            f"AMD Quark is not installed: no {QUARK_PYTHON} (run: make .venv-quark/.installed)"
+        )
     with tempfile.TemporaryDirectory() as tmp:
         calib_path, out = Path(tmp) / "calib.npz", Path(tmp) / "quark.onnx"
         np.savez(calib_path, calib)
