@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 APT_PACKAGES := dataset-fashion-mnist qemu-user fonts-dejavu-core
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup demo test bench translator clean
+.PHONY: setup demo demo-full test bench translator clean
 
 # apt lists are needed too: the translator corpus is fetched with `apt-get download`.
 setup: $(VENV)/.installed
@@ -21,12 +21,16 @@ $(VENV)/.installed: pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $@
 
-# Main job: train (or reuse) the reference ResNet-50, quantize it with its own calibration
-# images, and write the validation report (top-1 FP32 vs INT8, throughput, coverage, SQNR).
-demo: setup
-	$(BIN)/python -m models.resnet50 build
-	$(BIN)/quantize $${QUANTIZE_CACHE:-$$HOME/.cache/quantize}/resnet50/resnet50.onnx \
-		--calib $${QUANTIZE_CACHE:-$$HOME/.cache/quantize}/resnet50/calib.npz \
+# Main job: train (or reuse) a ResNet-50, quantize it with its own calibration images, and write
+# the validation report (top-1 FP32 vs INT8, throughput, coverage, SQNR). `make demo` trains the
+# short demo model (minutes); `make demo-full` the reference one the benchmarks use (4 epochs).
+CACHE = $${QUANTIZE_CACHE:-$$HOME/.cache/quantize}
+demo: RESNET50 = resnet50/demo
+demo: BUILD = --demo
+demo-full: RESNET50 = resnet50
+demo demo-full: setup
+	$(BIN)/python -m models.resnet50 build $(BUILD)
+	$(BIN)/quantize $(CACHE)/$(RESNET50)/resnet50.onnx --calib $(CACHE)/$(RESNET50)/calib.npz \
 		-o resnet50.int8.onnx --report resnet50-report.html --evaluate resnet50
 
 test: setup
@@ -34,10 +38,18 @@ test: setup
 	$(BIN)/ruff format --check .
 	$(BIN)/python -m pytest -q
 
+# AMD Quark, a rival in the ResNet-50 benchmark, pins older onnx and onnxruntime than this
+# project: it gets a virtualenv of its own (benchmarks/quark_child.py runs in it).
+QUARK_VENV := .venv-quark
+$(QUARK_VENV)/.installed:
+	$(PYTHON) -m venv $(QUARK_VENV)
+	$(QUARK_VENV)/bin/pip install -q amd-quark==0.13 'onnxruntime<=1.28' torch==2.13.0
+	touch $@
+
 # Every benchmark (hours on 2 cores: the reference models are built first), then the README's
 # results tables from their JSON. One benchmark: python -m benchmarks.NAME, then python -m benchmarks.readme.
-BENCHMARKS := zoo resnet50 targets calibration_memory activation_dtype simulator calogan scale_out transformer_base external_encoder translator
-bench: setup
+BENCHMARKS := zoo resnet50 targets calibration_memory activation_dtype simulator calogan scale_out transformer_base translator
+bench: setup $(QUARK_VENV)/.installed
 	$(BIN)/python -m models.translator build
 	for name in $(BENCHMARKS); do $(BIN)/python -m benchmarks.$$name || exit 1; done
 	$(BIN)/python -m benchmarks.readme
@@ -50,4 +62,4 @@ translator: setup
 	$(BIN)/python -m benchmarks.translator
 
 clean:
-	rm -rf $(VENV) *.egg-info resnet50.int8.onnx resnet50-report.html resnet50-report.json translator-report
+	rm -rf $(VENV) $(QUARK_VENV) *.egg-info resnet50.int8.onnx resnet50-report.html resnet50-report.json translator-report

@@ -24,7 +24,7 @@ def cache(tmp_path_factory):
     root = tmp_path_factory.mktemp("cache")
     os.environ["QUANTIZE_CACHE"] = str(root)
     recipe = TrainRecipe(
-        epochs=1, train_samples=2048, batch=64, stages=(1, 1, 1, 1), calib_samples=256
+        name="tiny", epochs=1, train_samples=2048, batch=64, stages=(1, 1, 1, 1), calib_samples=256
     )
     yield build(recipe, log=lambda *_: None)
     del os.environ["QUANTIZE_CACHE"]
@@ -43,10 +43,13 @@ def test_build_caches_a_trained_model_with_its_preprocessing_recipe(cache):
     assert (
         build(TrainRecipe(epochs=99), out_dir=cache, log=lambda *_: None) == cache
     )  # reused, not retrained
+    # a recipe other than the reference is cached apart; the test images are shared
+    assert cache == cache.parents[1] / "resnet50" / "tiny"
+    assert (cache.parent / "test.npz").exists() and not (cache.parent / "resnet50.onnx").exists()
 
 
 def test_cli_quantizes_with_top1_report(cache, tmp_path):
-    env = dict(os.environ, QUANTIZE_CACHE=str(cache.parent))
+    env = dict(os.environ, QUANTIZE_CACHE=str(cache.parents[1]))
     run = subprocess.run(
         [
             sys.executable,
