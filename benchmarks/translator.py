@@ -60,7 +60,9 @@ def main() -> None:
         "ort_static": map_graphs(
             base,
             ".ort-static",
-            lambda graph, path: ort_quantize_static(onnx.load(path), feeds[graph]),
+            lambda graph, path: ort_quantize_static(
+                onnx.load(path), feeds[graph], transformer=True
+            ),
         ),
     }
     ct2_folder = convert(
