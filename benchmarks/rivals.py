@@ -27,7 +27,9 @@ def ort_quantize_static(
 
     `transformer`: as ORT's transformer examples do, only MatMul and Gemm are quantized
     (LayerNorm, Softmax, the mask Add stay float) and ranges are the 99.999th percentile,
-    not MinMax (one outlier channel would set them)."""
+    not MinMax (one outlier channel would set them). ORT's percentile calibrator cannot take
+    feeds whose shapes differ (it stacks every batch's values: "inhomogeneous shape"), so for
+    those (a translator's sentences and decoder steps) the ranges are MinMax."""
     from onnxruntime.quantization import (
         CalibrationDataReader,
         CalibrationMethod,
@@ -49,14 +51,16 @@ def ort_quantize_static(
         def get_next(self):
             return next(self.batches, None)
 
-    transformer_options = (
+    ranges = (
         {
-            "op_types_to_quantize": ["MatMul", "Gemm"],
             "calibrate_method": CalibrationMethod.Percentile,
             "extra_options": {"CalibPercentile": 99.999},
         }
-        if transformer
+        if not isinstance(calib, list) or len({_shapes(f) for f in calib}) == 1
         else {}
+    )
+    transformer_options = (
+        {"op_types_to_quantize": ["MatMul", "Gemm"], **ranges} if transformer else {}
     )
     return _run_ort_quantizer(
         fp32,
@@ -72,6 +76,10 @@ def ort_quantize_static(
             **transformer_options,
         ),
     )
+
+
+def _shapes(feed: dict) -> tuple:
+    return tuple(v.shape for v in feed.values())
 
 
 def ort_quantize_dynamic(fp32: onnx.ModelProto) -> onnx.ModelProto:
