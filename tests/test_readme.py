@@ -15,7 +15,6 @@ PREDATE_PROVENANCE = {
     "calogan",
     "calogan_report",
     "simulator",
-    "translator",
 }
 
 
