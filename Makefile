@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 APT_PACKAGES := dataset-fashion-mnist qemu-user fonts-dejavu-core
 SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
 
-.PHONY: setup demo demo-full test bench translator clean
+.PHONY: setup demo demo-full test bench bench-quick translator clean
 
 # apt lists are needed too: the translator corpus is fetched with `apt-get download`.
 setup: $(VENV)/.installed
@@ -48,11 +48,18 @@ $(QUARK_VENV)/.installed:
 
 # Every benchmark (hours on 2 cores: the reference models are built first), then the README's
 # results tables from their JSON. One benchmark: python -m benchmarks.NAME, then python -m benchmarks.readme.
+# `make bench-quick`: every benchmark end to end on small sizes and the demo models (a check that
+# each runs, about 30 minutes); its files go to benchmarks/results/quick/, not over the results.
 BENCHMARKS := zoo resnet50 targets calibration_memory activation_dtype simulator calogan scale_out transformer_base translator
 bench: setup $(QUARK_VENV)/.installed
 	$(BIN)/python -m models.translator build
 	for name in $(BENCHMARKS); do $(BIN)/python -m benchmarks.$$name || exit 1; done
 	$(BIN)/python -m benchmarks.readme
+
+bench-quick: setup $(QUARK_VENV)/.installed
+	$(BIN)/python -m models.resnet50 build --demo
+	$(BIN)/python -m models.translator build --minutes 2
+	for name in $(BENCHMARKS); do QUANTIZE_BENCH_QUICK=1 $(BIN)/python -m benchmarks.$$name || exit 1; done
 
 # The reference translator: corpus from Debian catalogues, training (resumes; about 45 minutes
 # on 2 cores), INT8, validation reports, then its benchmark against ORT's quantizers.

@@ -8,23 +8,23 @@ passes emit.
 import numpy as np
 import onnx
 
-from benchmarks.results import write_results
+from benchmarks.results import sized, write_results
 from benchmarks.rivals import ort_quantize_static
-from models.resnet50.build import build
+from models.resnet50.build import DEMO, TrainRecipe, build
 from quantize.bench import compare_sessions
 from quantize.coverage import kernel_counts, optimized_graph
 from quantize.target import host_isa
 
 
 def main() -> None:
-    cache = build()
+    cache = build(sized(TrainRecipe(), DEMO))
     fp32 = onnx.load(str(cache / "resnet50.onnx"))
     calib = {"image": np.load(cache / "calib.npz")["image"][:256]}
     models = {
         dtype: ort_quantize_static(fp32, calib, activations=dtype) for dtype in ("uint8", "int8")
     }
     x = np.random.default_rng(0).normal(size=(32, 224, 224, 3)).astype(np.float32)
-    speed = compare_sessions(models, {"image": x}, threads=2, min_seconds=8.0)
+    speed = compare_sessions(models, {"image": x}, threads=2, min_seconds=sized(8.0, 0.5))
     result = {
         "machine": host_isa(),
         "threads": 2,

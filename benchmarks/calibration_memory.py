@@ -14,8 +14,8 @@ import subprocess
 import sys
 import textwrap
 
-from benchmarks.results import write_results
-from models.resnet50.build import build
+from benchmarks.results import sized, write_results
+from models.resnet50.build import DEMO, TrainRecipe, build
 from quantize.target import host_isa
 
 OURS = textwrap.dedent("""
@@ -69,7 +69,7 @@ def _run(script: str, model, calib, n: int) -> dict:
 
 
 def main() -> None:
-    cache = build()
+    cache = build(sized(TrainRecipe(), DEMO))
     model, calib = cache / "resnet50.onnx", cache / "calib.npz"
     runs = {
         tool: {n: _run(script, model, calib, n) for n in (100, 1000)}

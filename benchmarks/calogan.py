@@ -1,36 +1,50 @@
-"""`python -m benchmarks.calogan`: the 3DGAN generator, FP32 vs INT8 (ours, ORT quantize_static,
-TFLite), batch 64, 2 threads: speed, and the physics of every generator against the simulation
-and against FP32.
+"""`python -m benchmarks.calogan`: the 3DGAN generator, FP32 (as exported, and after quantize's
+clean-up: the baseline) vs INT8 (ours; ORT quantize_static, AMD Quark, TFLite full-integer, NNCF in
+OpenVINO; ours run by OpenVINO), batch 64, 2 threads: speed, and the physics of every generator
+against the simulation and against FP32.
 
 The generator's weights are the cached training (`python -m models.calogan train`) when there
 is one, else seeded random weights; the JSON says which. Every generator gets the same latents
 (noise x Ep/100, 1344 per energy bin), so INT8-vs-FP32 differences are quantization alone; the
 simulator gives the reference showers at the same energies. Ours is the generator quantized per
 energy range (8 ranges of equal energy ratio over the trained 10-500 GeV, see
-models/calogan/generate.py);
-ours as one model, ORT and TFLite use the same 512 calibration latents of 10-500 GeV. Every
-generator is timed the same way, as a shower source (latents in, showers in GeV out). Besides
-the JSON and Markdown, the run writes the core's validation report (of the one-model INT8) with
-the physics section of every generator and its plots (benchmarks/results/calogan_report.html).
+models/calogan/generate.py), and every rival is made the same way: one model per range,
+calibrated on that range's latents (the ones ours uses). ORT and TFLite also appear as one model
+calibrated on 512 latents of 10-500 GeV, like ours as one model. Every generator is timed the same
+way, as a shower source (latents in, showers in GeV out), first, before the physics runs.
+Besides the JSON and Markdown, the run writes the core's validation report (of the one-model
+INT8) with the physics section of every generator and its plots
+(benchmarks/results/calogan_report.html).
 """
 
 import tempfile
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import onnx
 import onnx_ir as ir
 
-from benchmarks.results import RESULTS, write_results
-from benchmarks.rivals import TFLiteRunner, ort_quantize_static, tflite_full_int8
+from benchmarks.results import RESULTS, sized, write_results
+from benchmarks.rivals import (
+    TFLiteRunner,
+    nncf_int8,
+    ort_quantize_static,
+    quark_int8,
+    tflite_full_int8,
+)
 from models.calogan.evaluate import PhysicsEvaluator, bin_energies
 from models.calogan.generate import (
+    CALIBRATION_SAMPLES,
     GeneratedShowers,
     ShowerSource,
     energy_edges,
     latents,
     onnx_source,
     quantize_by_energy,
+    range_index,
+    range_latents,
+    routed_source,
     trained_generator,
 )
 from models.calogan.network import LATENT
@@ -42,121 +56,133 @@ from quantize import report as core_report
 from quantize.bench import compare as compare_speed
 from quantize.coverage import kernel_counts, optimized_graph
 from quantize.frontend.tensorflow import keras_to_onnx
+from quantize.runtime import OpenVINOSession
 from quantize.target import host_isa
 
-BATCH, THREADS, RANGES = 64, 2, 8
-# 7 bins x 1344 = 147 whole batches (TFLite is sized for one batch shape).
-PER_BIN = 1344
+BATCH, THREADS, RANGES = 64, 2, sized(8, 2)
+# 7 bins x 1344 = 147 whole batches.
+PER_BIN = sized(1344, 64)
 # Separation power read from N showers has a term falling like 1/N: with the same latents, INT8's
 # per-shower jitter of 0.8 % in the energy sums, across sampling-fraction bins 1 % wide, reads
 # 0.02-0.04 at 1344 showers. Ours is therefore also compared with FP32 on 8x as many showers,
 # generated and histogrammed chunk by chunk (75,000 showers, never stored).
 HIGH_STATISTICS_PER_BIN = 8 * PER_BIN
-OURS, ORT_STATIC, TFLITE = (
-    f"INT8 (quantize, {RANGES} energy ranges)",
-    "ORT quantize_static INT8",
-    "TFLite full-int8",
-)
-KEYS = {
-    PhysicsEvaluator.FP32: "fp32",
-    OURS: "int8",
-    PhysicsEvaluator.INT8: "int8_one_model",
-    ORT_STATIC: "ort_quantize_static",
-    TFLITE: "tflite_int8",
+BY_RANGE = f"{RANGES} energy ranges"
+LABELS = {
+    "fp32": "FP32 as exported (ORT)",
+    "fp32_cleaned": "FP32 after clean-up (ORT, the baseline)",
+    "int8": f"quantize INT8 (ORT), {BY_RANGE}",
+    "int8_one_model": "quantize INT8 (ORT), one model",
+    "ort_quantize_static_ranges": f"ORT quantize_static, {BY_RANGE}",
+    "ort_quantize_static": "ORT quantize_static, one model",
+    "quark_int8_ranges": f"AMD Quark INT8 (ORT), {BY_RANGE}",
+    "tflite_int8_ranges": f"TFLite full-integer, {BY_RANGE}",
+    "tflite_int8": "TFLite full-integer, one model",
+    "openvino_fp32": "OpenVINO FP32",
+    "nncf_int8_ranges": f"NNCF INT8 (OpenVINO), {BY_RANGE}",
+    "int8_openvino": f"quantize INT8 run by OpenVINO, {BY_RANGE}",
 }
-
-
-def _tflite_source(runner: TFLiteRunner):
-    return lambda z, energies: (
-        np.concatenate([runner.run(z[i : i + BATCH]) for i in range(0, len(z), BATCH)])[..., 0]
-        / CELL_SCALE
-    )
+# Speed only: FP32 in OpenVINO computes what FP32 in ORT does; the physics' FP32 is the baseline.
+SPEED_ONLY = ("fp32", "openvino_fp32")
+# Physics only: a TFLite interpreter of this generator holds 8 GB at batch 64, and two (one model,
+# and the 250 GeV range's) with the other sessions do not fit in 24 GB; the per-range one, the
+# rival set as ours is, is timed.
+UNTIMED = "tflite_int8"
 
 
 def main() -> None:
     model, weights = trained_generator()
     fp32 = keras_to_onnx(model)
     calib = latents(np.random.default_rng(1).uniform(10, 500, 512), seed=2)
+    edges = energy_edges(RANGES)
+    range_calib = [range_latents(edges, i)[:CALIBRATION_SAMPLES] for i in range(RANGES)]
     with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "generator.onnx"
         np.save(Path(tmp) / "latents.npy", calib)
-        onnx.save(fp32, Path(tmp) / "generator.onnx")
+        onnx.save(fp32, path)
         one_model = quantize(
-            Path(tmp) / "generator.onnx",
+            path,
             Path(tmp) / "latents.npy",
             Recipe.generator(ir.from_proto(fp32)),
             RunOptions(threads=THREADS),
         )
-        by_energy = quantize_by_energy(
-            Path(tmp) / "generator.onnx", energy_edges(RANGES), threads=THREADS
-        )
-    ort_static = ort_quantize_static(fp32, {"latent": calib})
-    tflite = TFLiteRunner(tflite_full_int8(model, calib), (BATCH, LATENT), THREADS)
+        by_energy = quantize_by_energy(path, edges, sized(4096, 512), threads=THREADS)
+        quark = [quark_int8(path, z, "latent") for z in range_calib]
+        nncf = [nncf_int8(path, z) for z in range_calib]
+    ort_static = ort_quantize_static(fp32, {"latent": calib}, batch=BATCH)
+    ort_ranges = [ort_quantize_static(fp32, {"latent": z}, batch=BATCH) for z in range_calib]
+    tflite = tflite_full_int8(model, calib)
+    tflite_ranges = [tflite_full_int8(model, z) for z in range_calib]
+
+    single = {
+        "fp32": fp32,
+        "fp32_cleaned": one_model.fp32_model,
+        "int8_one_model": one_model.model,
+        "ort_quantize_static": ort_static,
+        "tflite_int8": tflite,
+        "openvino_fp32": fp32,
+    }
+    by_range = {
+        "int8": by_energy.models,
+        "ort_quantize_static_ranges": ort_ranges,
+        "quark_int8_ranges": quark,
+        "tflite_int8_ranges": tflite_ranges,
+        "nncf_int8_ranges": nncf,
+        "int8_openvino": by_energy.models,
+    }
+
+    # Timed: one batch of one energy, so each per-range generator is its 250 GeV model.
+    energies = np.full(BATCH, 250.0)
+    z, timed_range = latents(energies, seed=5), range_index(edges, energies[:1])[0]
+    timed = {**single, **{name: models[timed_range] for name, models in by_range.items()}}
+    del timed[UNTIMED]
+    calls = {name: partial(_source(name, model), z, energies) for name, model in timed.items()}
+    speed = compare_speed(calls, BATCH, min_seconds=sized(16.0, 0.5))
+    del calls
+    print("timing done; physics next", flush=True)
+
+    sources = {name: _on_call(name, model) for name, model in single.items()}
+    sources |= {
+        name: routed_source(edges, [_on_call(name, m) for m in models])
+        for name, models in by_range.items()
+    }
     evaluator = PhysicsEvaluator(
         per_bin=PER_BIN,
         threads=THREADS,
         extra={
-            OURS: by_energy.source(THREADS),
-            ORT_STATIC: onnx_source(ort_static, THREADS),
-            TFLITE: _tflite_source(tflite),
+            LABELS[name]: source
+            for name, source in sources.items()
+            if name not in (*SPEED_ONLY, "fp32_cleaned", "int8_one_model")
         },
     )
     report = core_report.evaluate(core_report.summarize(one_model), one_model, evaluator)
-    RESULTS.mkdir(exist_ok=True)
+    RESULTS.mkdir(parents=True, exist_ok=True)
     core_report.write(report, RESULTS / "calogan_report.html")
     physics = report["sections"][0]["data"]
-
-    rows = slice(
-        len(evaluator.energies) // 2, len(evaluator.energies) // 2 + BATCH
-    )  # one batch of one energy bin
-    z, energies = evaluator.latents[rows], evaluator.energies[rows]
-    # Every generator is timed as a shower source: latents in, showers in GeV out, routing included.
-    # fp32_cleaned: the FP32 graph after quantize's clean-up (upsampling folded into the Convs), to
-    # tell the graph rewrite's speed-up from the INT8 one.
-    sources = {
-        "fp32": onnx_source(fp32, THREADS),
-        "fp32_cleaned": onnx_source(one_model.fp32_model, THREADS),
-        "int8": by_energy.source(THREADS),
-        "int8_one_model": onnx_source(one_model.model, THREADS),
-        "ort_quantize_static": onnx_source(ort_static, THREADS),
-        "tflite_int8": _tflite_source(tflite),
+    keys = {
+        PhysicsEvaluator.FP32: "fp32_cleaned",
+        PhysicsEvaluator.INT8: "int8_one_model",
+        **{label: name for name, label in LABELS.items()},
     }
-    calls = {name: (lambda source=source: source(z, energies)) for name, source in sources.items()}
-    speed = compare_speed(calls, BATCH, min_seconds=16.0)
-
-    vs_fp32 = {KEYS[label]: c for label, c in physics["vs_baseline"].items()}
-    vs_sim = {KEYS[label]: c for label, c in physics["vs_reference"].items()}
+    vs_fp32 = {keys[label]: c for label, c in physics["vs_baseline"].items()}
+    vs_sim = {keys[label]: c for label, c in physics["vs_reference"].items()}
     features = list(vs_fp32["int8"]["max_separation"])
-    tflite_closer = [
-        f
-        for f in features
-        if vs_fp32["tflite_int8"]["max_separation"][f] < vs_fp32["int8"]["max_separation"][f]
-    ]
     result = {
         "machine": host_isa(),
         "threads": THREADS,
         "batch": BATCH,
         "weights": weights,
         "showers_compared": len(evaluator.energies),
-        **{f"{name}_throughput": s["throughput"] for name, s in speed.items()},
-        "int8_over_fp32": speed["int8"]["throughput"] / speed["fp32"]["throughput"],
+        "labels": LABELS,
+        "baseline": "fp32_cleaned",
+        "throughput": {name: s["throughput"] for name, s in speed.items()},
         "int8_over_fp32_cleaned": speed["int8"]["throughput"] / speed["fp32_cleaned"]["throughput"],
-        **{
-            f"max_separation_power_{name}_vs_fp32": worst_separation(c)[1]
-            for name, c in vs_fp32.items()
-        },
-        **{
-            f"max_separation_power_{name}_vs_fp32_infinite_n": max(
-                c["max_separation_infinite_n"].values()
-            )
-            for name, c in vs_fp32.items()
-        },
-        "max_sampling_fraction_shift_vs_fp32": {
-            name: max_sf_shift(c) for name, c in vs_fp32.items()
-        },
-        "int8_vs_fp32_high_statistics": _high_statistics(sources["fp32"], sources["int8"]),
-        "features_where_tflite_is_closer_to_fp32_than_ours": tflite_closer,
+        "int8_over_fp32": speed["int8"]["throughput"] / speed["fp32"]["throughput"],
         "vs_fp32": {
             name: {
+                "max_separation_power": worst_separation(c)[1],
+                "max_separation_power_infinite_n": max(c["max_separation_infinite_n"].values()),
+                "max_sampling_fraction_shift": max_sf_shift(c),
                 "max_separation": c["max_separation"],
                 "max_separation_infinite_n": c["max_separation_infinite_n"],
                 "combined_3dgan": c["combined_3dgan"],
@@ -171,15 +197,63 @@ def main() -> None:
             }
             for name, c in vs_sim.items()
         },
+        "features_where_a_rival_is_closer_to_fp32_than_ours": {
+            name: [
+                f for f in features if c["max_separation"][f] < vs_fp32["int8"]["max_separation"][f]
+            ]
+            for name, c in vs_fp32.items()
+            if name not in ("int8", "fp32_cleaned")
+        },
+        "int8_vs_fp32_high_statistics": _high_statistics(
+            onnx_source(one_model.fp32_model, THREADS), by_energy.source(THREADS)
+        ),
         "speed": speed,
-        "energy_range_edges_gev": by_energy.edges.tolist(),
+        "energy_range_edges_gev": edges.tolist(),
         "ort_kernels": {
             "int8": one_model.kernels,
             "ort_quantize_static": kernel_counts(optimized_graph(ort_static)),
         },
+        "untimed": "TFLite as one model is not timed: its interpreter holds 8 GB at batch 64, "
+        "and two do not fit beside the other sessions; TFLite by energy range is",
+        "openvino_config": "static shape (64, 200), one synchronous request, 2 threads, "
+        "INFERENCE_PRECISION_HINT f32; NNCF quantize defaults (performance preset, fast bias "
+        f"correction), {CALIBRATION_SAMPLES} calibration latents a range",
     }
     write_results("calogan", result, _markdown(result))
     print(_markdown(result))
+
+
+OPENVINO = ("openvino_fp32", "nncf_int8_ranges", "int8_openvino")
+
+
+def _source(name: str, model) -> ShowerSource:
+    """The shower source of generator `model` in the runtime that row `name` uses. TFLite and
+    OpenVINO are compiled for batches of BATCH (OpenVINO as its benchmark_app does: its INT8
+    kernels for a dynamic batch compute other values than for a static one)."""
+    if name.startswith("tflite"):
+        return _fixed_batch(TFLiteRunner(model, (BATCH, LATENT), THREADS).run)
+    if name in OPENVINO:
+        sess = OpenVINOSession(model, THREADS, (BATCH, LATENT))
+        return _fixed_batch(lambda z: sess.run(None, {"latent": z})[0])
+    return onnx_source(model, THREADS)
+
+
+def _on_call(name: str, model) -> ShowerSource:
+    """A source whose session lives for one call: the sessions of this benchmark's 60 generators
+    (about 400 MB each at batch 64, a TFLite interpreter 8 GB) do not fit in memory together."""
+    return lambda z, energies: _source(name, model)(z, energies)
+
+
+def _fixed_batch(run) -> ShowerSource:
+    """A source from `run`, which takes exactly BATCH latents: a short last batch is padded."""
+
+    def generate(z: np.ndarray, energies: np.ndarray) -> np.ndarray:
+        padded = np.zeros((-(-len(z) // BATCH) * BATCH, LATENT), np.float32)
+        padded[: len(z)] = z
+        showers = [run(padded[i : i + BATCH]) for i in range(0, len(padded), BATCH)]
+        return np.concatenate(showers)[: len(z), ..., 0] / CELL_SCALE
+
+    return generate
 
 
 def _high_statistics(fp32: ShowerSource, int8: ShowerSource) -> dict:
@@ -197,44 +271,58 @@ def _high_statistics(fp32: ShowerSource, int8: ShowerSource) -> dict:
 
 
 def _markdown(r: dict) -> str:
-    fp32 = r["fp32_throughput"]
+    base, exported = r["throughput"]["fp32_cleaned"], r["throughput"]["fp32"]
     lines = [
-        f"# 3DGAN generator ({r['weights']}): {r['machine']['cpu']}, {r['threads']} threads, batch {r['batch']}",
+        f"# 3DGAN generator ({r['weights']}): {r['machine']['cpu']}, INT8 path "
+        f"{r['machine']['int8_gemm_path']}, {r['threads']} threads, batch {r['batch']}",
         "",
-        "| model | showers/s | x FP32 | max separation vs FP32 | the same, N -> inf | max SF shift vs FP32 | 3DGAN metric vs simulation | max SF shift vs simulation |",
-        "|---|---|---|---|---|---|---|---|",
+        "| model | showers/s | x FP32 after clean-up | x FP32 as exported | max separation vs FP32 "
+        "| the same, N -> inf | max SF shift vs FP32 | 3DGAN metric vs simulation "
+        "| max SF shift vs simulation |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
-    for label, key in KEYS.items():
-        sim = r["vs_simulation"][key]
-        versus_fp32 = (
-            "- | - | -"
-            if key == "fp32"
-            else f"{r[f'max_separation_power_{key}_vs_fp32']:.4f} | {r[f'max_separation_power_{key}_vs_fp32_infinite_n']:.4f} | "
-            f"{100 * r['max_sampling_fraction_shift_vs_fp32'][key]:.2f} %"
+    for name, label in r["labels"].items():
+        speed = r["throughput"].get(name)
+        physics = "| | | | | |"
+        if name in r["vs_fp32"]:
+            c, sim = r["vs_fp32"][name], r["vs_simulation"][name]
+            physics = (
+                f"| {c['max_separation_power']:.4f} | {c['max_separation_power_infinite_n']:.4f} "
+                f"| {100 * c['max_sampling_fraction_shift']:.2f} % | {sim['combined_3dgan']:.3f} "
+                f"| {100 * sim['max_sampling_fraction_shift']:.2f} % |"
+            )
+        elif name == "fp32_cleaned":
+            sim = r["vs_simulation"][name]
+            physics = (
+                f"| - | - | - | {sim['combined_3dgan']:.3f} "
+                f"| {100 * sim['max_sampling_fraction_shift']:.2f} % |"
+            )
+        timing = (
+            f"{speed:.1f} | {speed / base:.2f} | {speed / exported:.2f}" if speed else "- | - | -"
         )
-        lines.append(
-            f"| {label} | {r[f'{key}_throughput']:.1f} | {r[f'{key}_throughput'] / fp32:.2f} | {versus_fp32} | "
-            f"{sim['combined_3dgan']:.3f} | {100 * sim['max_sampling_fraction_shift']:.2f} % |"
-        )
+        lines.append(f"| {label} | {timing} {physics}")
     high = r["int8_vs_fp32_high_statistics"]
     lines.append(
-        f"| {OURS}, on {high['showers']} showers | | | {high['max_separation_power']:.4f} | "
-        f"{high['max_separation_power_infinite_n']:.4f} | {100 * high['max_sampling_fraction_shift']:.2f} % | | |"
+        f"| {r['labels']['int8']}, on {high['showers']} showers | | | | "
+        f"{high['max_separation_power']:.4f} | {high['max_separation_power_infinite_n']:.4f} | "
+        f"{100 * high['max_sampling_fraction_shift']:.2f} % | | |"
     )
-    lines.append(
-        f"| FP32 after quantize's clean-up (speed only) | {r['fp32_cleaned_throughput']:.1f} | {r['fp32_cleaned_throughput'] / fp32:.2f} | | | | | |"
-    )
-    closer = ", ".join(r["features_where_tflite_is_closer_to_fp32_than_ours"]) or "none"
+    closer = {
+        r["labels"][name]: features
+        for name, features in r["features_where_a_rival_is_closer_to_fp32_than_ours"].items()
+        if features
+    }
     lines += [
         "",
-        f"{r['showers_compared']} showers, 7 energy bins of +-5 GeV (10-490 GeV), the same latents for every generator. "
-        f"Ours: one INT8 model per energy range, edges {', '.join(f'{e:.0f}' for e in r['energy_range_edges_gev'])} GeV "
-        "(same kernels as one model). "
-        f"Features where TFLite INT8 is closer to FP32 than ours: {closer}. "
-        "N -> inf: each separation extrapolated from the two halves of each bin (S_inf = 2 S(N) - S(N/2)), "
-        "which removes the 1/N term of finite samples. "
-        f"Ours is {r['int8_over_fp32_cleaned']:.2f}x the FP32 graph after quantize's clean-up (upsampling folded into the Convs). "
-        "Plots: calogan_report.html.",
+        f"{r['showers_compared']} showers, 7 energy bins of +-5 GeV (10-490 GeV), the same latents "
+        "for every generator; FP32 in the physics columns is the baseline graph. Energy ranges: "
+        f"edges {', '.join(f'{e:.0f}' for e in r['energy_range_edges_gev'])} GeV, every model of a "
+        "range calibrated on the same latents. "
+        "N -> inf: each separation extrapolated from the two halves of each bin "
+        "(S_inf = 2 S(N) - S(N/2)), which removes the 1/N term of finite samples. "
+        "Features where a rival is closer to FP32 than ours: "
+        + ("; ".join(f"{k}: {', '.join(v)}" for k, v in closer.items()) or "none")
+        + f". OpenVINO: {r['openvino_config']}. {r['untimed']}. Plots: calogan_report.html.",
         "",
     ]
     return "\n".join(lines)

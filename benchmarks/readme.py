@@ -28,6 +28,7 @@ def render() -> str:
             _targets(_load("targets")),
             *resnet50,
             _translator(_load("translator")),
+            _translator_targets(_load("translator_targets")),
             _calogan(_load("calogan")),
             _scale_out(_load("scale_out")),
             _zoo(_load("zoo")),
@@ -170,57 +171,56 @@ def _translator(d: dict) -> str:
     return title + "\n\n" + _table(header, rows, bold=list(names).index("ours"))
 
 
+def _translator_targets(d: dict) -> str:
+    rows = [
+        [
+            r["label"],
+            f"{r['bleu']:.2f}",
+            f"{100 * r['bleu_drop_relative']:.2f} %",
+            f"{100 * r['identical_to_fp32']:.1f} %",
+        ]
+        for r in d["rows"].values()
+    ]
+    title = (
+        f"**Translator on an AVX2 CPU** (emulated, accuracy only: `{d['command']}`, "
+        f"`translator_targets.md`; {_where({'isa': d['isa_emulated'], 'commit': d['commit']})}; "
+        f"{d['test_sentences']} test sentences, greedy):"
+    )
+    header = ["model", "BLEU", "drop (relative)", "identical to FP32"]
+    return title + "\n\n" + _table(header, rows, bold=1)
+
+
 def _calogan(d: dict) -> str:
     high = d["int8_vs_fp32_high_statistics"]
-    shift = d["max_sampling_fraction_shift_vs_fp32"]
-    clean = d["fp32_cleaned_throughput"]
-    rows = [
-        ["FP32 as exported", d["fp32_throughput"], "-", "-"],
-        ["FP32 after clean-up", clean, "-", "-"],
-        [
-            "quantize INT8, 8 energy ranges",
-            d["int8_throughput"],
-            f"{high['max_separation_power']:.4f}",
-            f"{100 * high['max_sampling_fraction_shift']:.2f} %",
-        ],
-        [
-            "ORT `quantize_static`",
-            d["ort_quantize_static_throughput"],
-            f"{d['max_separation_power_ort_quantize_static_vs_fp32']:.2f}",
-            f"{100 * shift['ort_quantize_static']:.0f} %",
-        ],
-        [
-            "TFLite full-integer",
-            d["tflite_int8_throughput"],
-            f"{d['max_separation_power_tflite_int8_vs_fp32']:.2f}",
-            f"{100 * shift['tflite_int8']:.0f} %",
-        ],
-    ]
-    cells = [
-        [
-            name,
-            f"{speed:.1f}",
-            f"{speed / d['fp32_throughput']:.2f}",
-            f"{speed / clean:.2f}",
-            sep,
-            sf,
-        ]
-        for name, speed, sep, sf in rows
-    ]
+    speed = d["throughput"]
+    cells = []
+    for name, label in d["labels"].items():
+        c = high if name == "int8" else d["vs_fp32"].get(name)
+        timed = name in speed
+        cells.append(
+            [
+                label,
+                f"{speed[name]:.1f}" if timed else "-",
+                f"{speed[name] / speed['fp32_cleaned']:.2f}" if timed else "-",
+                f"{speed[name] / speed['fp32']:.2f}" if timed else "-",
+                f"{c['max_separation_power']:.4f}" if c else "-",
+                f"{100 * c['max_sampling_fraction_shift']:.2f} %" if c else "-",
+            ]
+        )
     title = (
         f"**3DGAN generator** (`python -m benchmarks.calogan`, `calogan.md`; {_where(d)}; {d['weights']}; "
         f"batch {d['batch']}; separation power and sampling-fraction shift against FP32, on "
-        f"{high['showers']} showers for ours, {d['showers_compared']} for the rivals):"
+        f"{high['showers']} showers for ours, {d['showers_compared']} for the rest):"
     )
     header = [
         "model",
         "showers/s",
-        "x FP32 as exported",
         "x FP32 after clean-up",
+        "x FP32 as exported",
         "max separation",
         "max SF shift",
     ]
-    return title + "\n\n" + _table(header, cells, bold=2)
+    return title + "\n\n" + _table(header, cells, bold=list(d["labels"]).index("int8"))
 
 
 def _scale_out(d: dict) -> str:

@@ -18,7 +18,7 @@ import time
 import numpy as np
 import onnx
 
-from benchmarks.results import write_results
+from benchmarks.results import sized, write_results
 from benchmarks.rivals import (
     TFLiteRunner,
     nncf_int8,
@@ -27,7 +27,7 @@ from benchmarks.rivals import (
     tflite_full_int8,
 )
 from calibration import METHODS
-from models.resnet50.build import build
+from models.resnet50.build import DEMO, TrainRecipe, build, test_set
 from quantize import Recipe, RunOptions, quantize
 from quantize.bench import compare
 from quantize.coverage import kernel_counts, optimized_graph
@@ -54,14 +54,17 @@ LABELS = {
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.resnet50")
     parser.add_argument(
-        "--seconds", type=float, default=6.0, help="minimum timing per model and speed setting"
+        "--seconds",
+        type=float,
+        default=sized(6.0, 0.3),
+        help="minimum timing per model and speed setting",
     )
     args = parser.parse_args()
-    cache = build()
+    cache = build(sized(TrainRecipe(), DEMO))
     fp32 = onnx.load(str(cache / "resnet50.onnx"))
     calib = np.load(cache / "calib.npz")["image"]
-    with np.load(cache / "test.npz") as test:
-        images, labels = test["image"], test["label"]
+    with np.load(test_set()) as test:
+        images, labels = test["image"][: sized(None, 500)], test["label"][: sized(None, 500)]
 
     start = time.perf_counter()
     ours = quantize(

@@ -2,6 +2,7 @@
 
 import datetime
 import json
+import os
 import subprocess
 import sys
 from importlib import metadata
@@ -10,7 +11,10 @@ from pathlib import Path
 from onnxio import write_text
 from quantize.target import host_isa
 
-RESULTS = Path(__file__).parent / "results"
+# `make bench-quick`: every benchmark end to end on small sizes, a check that it runs; its files go
+# to results/quick/ (not committed), never over the committed results.
+QUICK = os.environ.get("QUANTIZE_BENCH_QUICK") == "1"
+RESULTS = Path(__file__).parent / "results" / ("quick" if QUICK else "")
 VERSIONED = (
     "onnxruntime",
     "onnx",
@@ -26,9 +30,14 @@ VERSIONED = (
 )
 
 
+def sized(full, quick):
+    """`full`, or `quick` in a quick run."""
+    return quick if QUICK else full
+
+
 def write_results(name: str, data: dict, markdown: str) -> Path:
     """`data` under the run's provenance (commit, dirty, date, isa, versions, command)."""
-    RESULTS.mkdir(exist_ok=True)
+    RESULTS.mkdir(parents=True, exist_ok=True)
     record = {**provenance(), **data}
     write_text(RESULTS / f"{name}.json", json.dumps(record, indent=2, default=float) + "\n")
     write_text(RESULTS / f"{name}.md", f"{markdown.rstrip()}\n\n{_provenance_line(record)}\n")

@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks.results import write_results
+from benchmarks.results import sized, write_results
 from models.calogan.generate import energy_edges, quantize_by_energy, trained_generator
 from models.calogan.production import ShowerJob
 from onnxio import save_model
@@ -27,7 +27,7 @@ from quantize.frontend.tensorflow import keras_to_onnx
 from quantize.ray_pool import RayPool
 from quantize.shards import run_job
 
-SHOWERS, SHARD_SIZE, ENERGY, REPEATS = 12000, 250, (10.0, 500.0), 3
+SHOWERS, SHARD_SIZE, ENERGY, REPEATS = sized(12000, 1000), 250, (10.0, 500.0), sized(3, 1)
 SETTLE_S = 10  # after a Ray start: Ray launches its idle worker processes, which take CPU
 STREAMS = 2  # one per core, one thread each
 OVERHEAD_BATCHES = 400

@@ -22,8 +22,8 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from benchmarks.results import write_results
-from models.resnet50.build import build
+from benchmarks.results import sized, write_results
+from models.resnet50.build import DEMO, TrainRecipe, build, test_set
 from quantize import Recipe, RunOptions, quantize
 from quantize.bench import compare
 from quantize.runtime import TargetMismatchWarning, run_batches, session
@@ -44,17 +44,19 @@ LABELS = {
 
 def main() -> None:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.targets")
-    parser.add_argument("--seconds", type=float, default=6.0, help="minimum timing per model")
+    parser.add_argument(
+        "--seconds", type=float, default=sized(6.0, 0.3), help="minimum timing per model"
+    )
     parser.add_argument(
         "--emulated-images",
         type=int,
-        default=500,
+        default=sized(500, 50),
         help="test images top-1 is read on under AVX2 emulation",
     )
     args = parser.parse_args()
-    cache = build()
-    with np.load(cache / "test.npz") as test:
-        images, labels = test["image"], test["label"]
+    cache = build(sized(TrainRecipe(), DEMO))
+    with np.load(test_set()) as test:
+        images, labels = test["image"][: sized(None, 500)], test["label"][: sized(None, 500)]
     models, kernel_timing = _models(cache)
     runs = {name: (model, None) for name, model in models.items()}
     runs["vnni"], runs["vnni_u8u8"] = (models["vnni"], False), (models["vnni"], True)

@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from benchmarks.results import write_results
+from benchmarks.results import sized, write_results
 from benchmarks.rivals import ort_quantize_dynamic, ort_quantize_static
 from models.translator.export import cache_names, export
 from models.translator.network import BASE
@@ -71,7 +71,7 @@ def main() -> None:
             },
         }
         for name, fp32 in graphs.items():
-            calib = feeds(name, rng, 32, graphs["encoder"])
+            calib = feeds(name, rng, sized(32, 4), graphs["encoder"])
             bench_feed = feeds(name, rng, 1, graphs["encoder"])[0]
             ours = quantize(paths[name], calib, Recipe.transformer())
             models = {
@@ -81,7 +81,7 @@ def main() -> None:
                 "ort_dynamic": ort_quantize_dynamic(fp32),
                 "ort_static": ort_quantize_static(fp32, calib, transformer=True),
             }
-            speed = compare_sessions(models, bench_feed, threads=0, min_seconds=12)
+            speed = compare_sessions(models, bench_feed, threads=0, min_seconds=sized(12, 0.5))
             reference = session(fp32).run(None, bench_feed)[0]
             data[name] = {
                 variant: {

@@ -52,14 +52,15 @@ def test_report_has_the_physics_section_with_a_rival_beside_ours(tmp_path):
 
 
 def test_energy_range_models_route_each_shower_to_the_model_of_its_range(tmp_path):
-    from models.calogan.generate import energy_edges, quantize_by_energy
+    from models.calogan.generate import energy_edges, quantize_by_energy, range_index
 
     keras.utils.set_random_seed(0)
     onnx.save(keras_to_onnx(generator()), tmp_path / "g.onnx")
     ranges = quantize_by_energy(tmp_path / "g.onnx", energy_edges(2, 2.0, 200.0), samples=64)
     assert ranges.edges.tolist() == pytest.approx([2.0, 20.0, 200.0])
     np.testing.assert_array_equal(
-        ranges.model_index(np.array([1.0, 5.0, 19.5, 20.5, 150.0, 900.0])), [0, 0, 0, 1, 1, 1]
+        range_index(ranges.edges, np.array([1.0, 5.0, 19.5, 20.5, 150.0, 900.0])),
+        [0, 0, 0, 1, 1, 1],
     )
     scales = [
         {

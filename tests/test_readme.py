@@ -50,3 +50,21 @@ def test_benchmark_results_are_written_with_their_provenance(tmp_path, monkeypat
     monkeypatch.setattr("benchmarks.results.RESULTS", tmp_path)
     path = write_results("probe", {"figure": 1.0}, "# probe\n")
     assert PROVENANCE <= json.loads(path.read_text()).keys()
+
+
+def test_a_quick_benchmark_run_writes_beside_the_results_never_over_them(monkeypatch):
+    import importlib
+
+    import benchmarks.results as results
+
+    full = results.RESULTS
+    try:
+        monkeypatch.setenv("QUANTIZE_BENCH_QUICK", "1")
+        quick = importlib.reload(results)
+        assert quick.RESULTS == full / "quick"
+        assert quick.sized(4096, 512) == 512
+        monkeypatch.delenv("QUANTIZE_BENCH_QUICK")
+        assert importlib.reload(results).sized(4096, 512) == 4096
+    finally:
+        importlib.reload(results)
+    assert results.RESULTS == full

@@ -6,9 +6,9 @@ and rivals is `python -m benchmarks.zoo`."""
 
 import pytest
 
-from benchmarks.zoo.run import QUICK, all_models, run_model
+from benchmarks.zoo.run import REDUCED, all_models, run_model
 
-REDUCED = dict(QUICK, calibration=12)
+SUITE = dict(REDUCED, calibration=12)
 
 
 def _check_fidelity_measured(record: dict) -> None:
@@ -21,14 +21,14 @@ def _check_fidelity_measured(record: dict) -> None:
 
 @pytest.mark.parametrize("model", all_models(), ids=lambda m: m.name)
 def test_a_packaged_model_quantizes_on_a_few_samples_and_its_fidelity_is_measured(model):
-    record = run_model(model, **REDUCED)
+    record = run_model(model, **SUITE)
     _check_fidelity_measured(record)
     assert record["kernel_timing"].startswith("off")
 
 
 def test_a_packaged_model_quantizes_with_every_cli_default():
     (yolo,) = [m for m in all_models() if m.name.startswith("YOLO")]
-    record = run_model(yolo, **dict(REDUCED, cli_options=()))
+    record = run_model(yolo, **dict(SUITE, cli_options=()))
     _check_fidelity_measured(record)
     assert record["kernel_timing"].startswith("measured on this CPU")
     assert "x the FP32 graph's speed" in record["speed_check"]  # measured, whatever it decided

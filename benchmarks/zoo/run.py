@@ -20,8 +20,9 @@ from quantize.pipeline import cleaned_fp32
 from quantize.runtime import session
 
 FULL = {"calibration": 256, "evaluation": 120, "seconds": 8.0}
-# quick: no timing at all, so neither the CLI's per-node kernel timing nor its fallback trials
-QUICK = {
+# few samples and no timing at all, so neither the CLI's per-node kernel timing nor its fallback
+# trials: `make bench-quick`, and the suite (tests/test_zoo.py)
+REDUCED = {
     "calibration": 16,
     "evaluation": 12,
     "seconds": 0.0,

@@ -67,6 +67,27 @@ def onnx_source(model: onnx.ModelProto, threads: int = 0, batch: int = 64) -> Sh
     return lambda z, energies: run_batches(sess, {name: z}, batch)[0][..., 0] / CELL_SCALE
 
 
+def routed_source(edges: np.ndarray, sources: list[ShowerSource]) -> ShowerSource:
+    """Each shower from the source of its energy range (`range_index`)."""
+
+    def generate(z: np.ndarray, energies: np.ndarray) -> np.ndarray:
+        which = range_index(edges, energies)
+        if np.all(which == which[0]):  # the common case of a batch from one range: no scatter copy
+            return sources[which[0]](z, energies)
+        showers = np.empty((len(z), 25, 25, 25), np.float32)
+        for i in np.unique(which):
+            rows = np.flatnonzero(which == i)
+            showers[rows] = sources[i](z[rows], energies[rows])
+        return showers
+
+    return generate
+
+
+def range_index(edges: np.ndarray, energies: np.ndarray) -> np.ndarray:
+    """The range of each energy; energies outside the edges use the nearest end range."""
+    return np.clip(np.searchsorted(edges, energies, side="right") - 1, 0, len(edges) - 2)
+
+
 @dataclass
 class GeneratedShowers:
     """Showers of a source, generated chunk by chunk as a comparison streams them: samples too
@@ -89,28 +110,8 @@ class EnergyRangeModels:
     edges: np.ndarray
     models: list[onnx.ModelProto]
 
-    def model_index(self, energies: np.ndarray) -> np.ndarray:
-        """The range of each energy; energies outside the edges use the nearest end range."""
-        return np.clip(
-            np.searchsorted(self.edges, energies, side="right") - 1, 0, len(self.models) - 1
-        )
-
     def source(self, threads: int = 0, batch: int = 64) -> ShowerSource:
-        sources = [onnx_source(m, threads, batch) for m in self.models]
-
-        def generate(z: np.ndarray, energies: np.ndarray) -> np.ndarray:
-            which = self.model_index(energies)
-            if np.all(
-                which == which[0]
-            ):  # the common case of a batch from one range: no scatter copy
-                return sources[which[0]](z, energies)
-            showers = np.empty((len(z), 25, 25, 25), np.float32)
-            for i in np.unique(which):
-                rows = np.flatnonzero(which == i)
-                showers[rows] = sources[i](z[rows], energies[rows])
-            return showers
-
-        return generate
+        return routed_source(self.edges, [onnx_source(m, threads, batch) for m in self.models])
 
     def save(self, folder: Path) -> None:
         folder = Path(folder)
@@ -149,6 +150,16 @@ def energy_edges(
     return np.geomspace(low, high, ranges + 1)
 
 
+def range_latents(edges: np.ndarray, i: int, samples: int = 4096, seed: int = 0) -> np.ndarray:
+    """`samples` latents of primary energies log-uniform over range i; the first
+    CALIBRATION_SAMPLES calibrate that range's model (rivals' too, in the benchmark)."""
+    low, high = edges[i], edges[i + 1]
+    rng = np.random.default_rng([seed, i])
+    return latents(
+        np.exp(rng.uniform(np.log(low), np.log(high), samples)), seed=int(rng.integers(1 << 31))
+    )
+
+
 def quantize_by_energy(
     fp32_path: Path,
     edges: np.ndarray,
@@ -165,11 +176,8 @@ def quantize_by_energy(
     model = onnx.load(fp32_path)
     recipe = Recipe.generator(ir.from_proto(model))
     models = []
-    for i, (low, high) in enumerate(zip(edges[:-1], edges[1:])):
-        rng = np.random.default_rng([seed, i])
-        z = latents(
-            np.exp(rng.uniform(np.log(low), np.log(high), samples)), seed=int(rng.integers(1 << 31))
-        )
+    for i in range(len(edges) - 1):
+        z = range_latents(edges, i, samples, seed)
         calibration = z[:CALIBRATION_SAMPLES]
         int8 = quantize(
             fp32_path,

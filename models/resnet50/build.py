@@ -37,6 +37,11 @@ class TrainRecipe:
 DEMO = TrainRecipe(name="demo", epochs=1, train_samples=12000, batch=32)
 
 
+def test_set() -> Path:
+    """The 10k test images and labels: one file, whichever recipe trained the model."""
+    return cache_dir("resnet50") / "test.npz"
+
+
 def build(recipe: TrainRecipe = TrainRecipe(), out_dir: Path | None = None, log=print) -> Path:
     """Train (unless cached) and export; returns the directory holding the artefacts."""
     reference = recipe.name == TrainRecipe.name
@@ -80,7 +85,7 @@ def build(recipe: TrainRecipe = TrainRecipe(), out_dir: Path | None = None, log=
     calib = x[rng.choice(len(x), recipe.calib_samples, replace=False)]
     with atomic_path(out_dir / "calib.npz") as tmp:
         np.savez(tmp.open("wb"), image=calib)
-    with atomic_path(cache_dir("resnet50") / "test.npz") as tmp:
+    with atomic_path(test_set()) as tmp:
         np.savez(
             tmp.open("wb"), image=data.normalise(data.to_rgb(test_x, recipe.size)), label=test_y
         )

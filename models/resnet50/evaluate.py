@@ -4,7 +4,7 @@ from pathlib import Path
 
 import numpy as np
 
-from quantize.cache import cache_dir
+from models.resnet50.build import test_set
 from quantize.runtime import run_batches, session
 
 
@@ -17,7 +17,7 @@ def top1(
 
 
 def top1_of_file(model_path, test_npz: Path | None = None) -> float:
-    with np.load(test_npz or cache_dir("resnet50") / "test.npz") as test:
+    with np.load(test_npz or test_set()) as test:
         return top1(Path(model_path), test["image"], test["label"])
 
 
@@ -29,7 +29,7 @@ class Top1Evaluator:
     higher_is_better = True
 
     def __init__(self, test_npz: Path | None = None):
-        self.test_npz = test_npz or cache_dir("resnet50") / "test.npz"
+        self.test_npz = test_npz or test_set()
 
     def evaluate(self, model) -> float:
         with np.load(self.test_npz) as test:

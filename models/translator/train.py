@@ -86,6 +86,7 @@ def train(
         return weights
     tokenizer = load_tokenizer(out / "spm.model")
     sources, targets = encode_pairs(tokenizer, pairs, config.max_len)
+    keras.utils.set_random_seed(recipe.seed + state["step"])  # the same model whatever ran before
     model = build_model(config, weights if state["step"] else None)
     d_model, warmup = config.d_model, recipe.warmup
 

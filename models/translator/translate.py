@@ -36,10 +36,18 @@ class TranslatorFiles:
 
 
 class Translator:
-    def __init__(self, files: TranslatorFiles, threads: int = 0, beam: int = 1):
+    def __init__(
+        self,
+        files: TranslatorFiles,
+        threads: int = 0,
+        beam: int = 1,
+        exact_kernels: bool | None = None,
+    ):
+        """`exact_kernels`: as quantize.runtime.session takes it (None: what the model's target
+        needs on this CPU)."""
         self.encoder, self.decoder = (
-            session(files.encoder, threads),
-            session(files.decoder, threads),
+            session(files.encoder, threads, exact_kernels=exact_kernels),
+            session(files.decoder, threads, exact_kernels=exact_kernels),
         )
         self.tokenizer = load_tokenizer(files.tokenizer)
         self.beam = beam
