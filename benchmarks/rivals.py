@@ -154,16 +154,25 @@ class TFLiteRunner:
         return self.interpreter.get_tensor(self.output)
 
 
-def nncf_int8(fp32_path: Path, calib: np.ndarray):
-    """NNCF's post-training quantization with its defaults for CNNs (performance preset: symmetric
-    activations; fast bias correction) of the FP32 model as OpenVINO reads it, calibrated on
-    every image of `calib`, one per item. An OpenVINO model, for OpenVINOSession."""
+def nncf_int8(
+    fp32_path: Path, calib: np.ndarray | dict[str, np.ndarray], transformer: bool = False
+):
+    """NNCF's post-training quantization with its defaults (performance preset: symmetric
+    activations; fast bias correction; for transformers its TRANSFORMER model type) of the FP32
+    model as OpenVINO reads it, calibrated on every sample of `calib` (an array for a one-input
+    model, or arrays per input name), one per item. An OpenVINO model, for OpenVINOSession."""
     os.environ.setdefault("NNCF_CI", "1")  # NNCF reports usage to Intel unless told it runs in CI
     import nncf
 
     model = openvino_model(fp32_path)
-    dataset = nncf.Dataset([calib[i : i + 1] for i in range(len(calib))])
-    return nncf.quantize(model, dataset, subset_size=len(calib))
+    arrays = calib if isinstance(calib, dict) else None
+    n = len(next(iter(arrays.values()))) if arrays else len(calib)
+    items = [
+        {k: v[i : i + 1] for k, v in arrays.items()} if arrays else calib[i : i + 1]
+        for i in range(n)
+    ]
+    options = {"model_type": nncf.ModelType.TRANSFORMER} if transformer else {}
+    return nncf.quantize(model, nncf.Dataset(items), subset_size=n, **options)
 
 
 QUARK_PYTHON = Path(os.environ.get("QUARK_PYTHON", ".venv-quark/bin/python"))

@@ -1,23 +1,25 @@
-"""Every zoo model quantized by the CLI with its defaults (`quantize MODEL --calib DATA`), its task fidelity against FP32, and its speed
-against FP32 (as exported, and after quantize's clean-up: the graph INT8 starts from) and against
-ONNX Runtime's quantize_static and quantize_dynamic set up as their docs advise. A rival that
-fails is recorded with its error."""
+"""Every zoo model quantized by the CLI with its defaults (`quantize MODEL --calib DATA`), its task
+fidelity against FP32, and its speed against FP32 (as exported, and after quantize's clean-up: the
+graph INT8 starts from) and against the rivals set up as their docs advise: ONNX Runtime's
+quantize_static and quantize_dynamic, and NNCF run by OpenVINO; our INT8 model is also run by
+OpenVINO. A rival that fails is recorded with its error."""
 
 import json
 import subprocess
 import sys
 import tempfile
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import onnx
 
-from benchmarks.rivals import ort_quantize_dynamic, ort_quantize_static
+from benchmarks.rivals import nncf_int8, ort_quantize_dynamic, ort_quantize_static
 from benchmarks.zoo import minilm, ppocr, yolo
 from benchmarks.zoo.zoo_model import ZooModel
-from quantize.bench import compare_sessions
+from quantize.bench import compare
 from quantize.pipeline import cleaned_fp32
-from quantize.runtime import session
+from quantize.runtime import OpenVINOSession, session
 
 FULL = {"calibration": 256, "evaluation": 120, "seconds": 8.0}
 # few samples and no timing at all, so neither the CLI's per-node kernel timing nor its fallback
@@ -29,7 +31,9 @@ REDUCED = {
     "rivals": False,
     "cli_options": ("--no-kernel-timing", "--keep-low-fidelity"),
 }
-RIVALS = ("ort_static", "ort_dynamic")
+RIVALS = ("ort_static", "ort_dynamic", "nncf_openvino", "int8_openvino")
+# Run by OpenVINO (dynamic shapes: the zoo's inputs vary in size), the rest by ONNX Runtime.
+OPENVINO = ("nncf_openvino", "int8_openvino")
 
 
 def all_models() -> list[ZooModel]:
@@ -92,6 +96,11 @@ def run_model(
                 ),
             ),
             ("ort_dynamic", lambda: ort_quantize_dynamic(fp32)),
+            (
+                "nncf_openvino",
+                lambda: nncf_int8(path, model.calibration(calibration), model.transformer),
+            ),
+            ("int8_openvino", lambda: variants["int8"]),
         )
     ):
         try:
@@ -100,11 +109,12 @@ def run_model(
         except Exception as exc:  # a rival's failure is a result, recorded as it reads
             record["rivals"][name] = {"status": _error_line(exc)}
     feeds = model.evaluation(evaluation)
-    outputs = {}
+    outputs, runners = {}, {}
     for name, variant in list(variants.items()):
         try:
-            runner = session(variant)
+            runner = OpenVINOSession(variant) if name in OPENVINO else session(variant)
             outputs[name] = [runner.run(None, feed) for feed in feeds]
+            runners[name] = runner
         except Exception as exc:
             record["rivals"][name] = {"status": f"does not run: {_error_line(exc)}"}
             del variants[name]
@@ -119,7 +129,9 @@ def run_model(
     )
     record["fidelity_detail"] = fidelity
     if seconds:
-        speed = compare_sessions(variants, feeds[0], min_seconds=seconds)
+        batch = len(next(iter(feeds[0].values())))
+        calls = {name: partial(runner.run, None, feeds[0]) for name, runner in runners.items()}
+        speed = compare(calls, batch, min_seconds=seconds)
         ours = speed["int8"]["throughput"]
         record["throughput"] = {name: s["throughput"] for name, s in speed.items()}
         record["bench_shape"] = {k: list(v.shape) for k, v in feeds[0].items()}
@@ -164,13 +176,17 @@ def table(records: list[dict]) -> str:
         f"| {fidelity(r)} "
         f"| {r['fidelity_target']} | {ratio(r['int8_over_fp32_cleaned'])} | {ratio(r.get('int8_over_fp32'))} "
         f"| {ratio(r['int8_over_ort_static'])} | {ratio(r.get('int8_over_ort_dynamic'))} "
-        f"| {rival_fidelity(r, 'ort_static')} | {rival_fidelity(r, 'ort_dynamic')} |"
+        f"| {ratio(r.get('int8_over_nncf_openvino'))} | {ratio(r.get('int8_over_int8_openvino'))} "
+        f"| {rival_fidelity(r, 'ort_static')} | {rival_fidelity(r, 'ort_dynamic')} "
+        f"| {rival_fidelity(r, 'nncf_openvino')} | {rival_fidelity(r, 'int8_openvino')} |"
         for r in records
     ]
     return "\n".join(
         [
-            "| model | exporter | opset | status | preset (auto) | fidelity | target | x FP32 cleaned | x FP32 as exported | x ORT static | x ORT dynamic | ORT static fidelity | ORT dynamic fidelity |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "| model | exporter | opset | status | preset (auto) | fidelity | target | x FP32 cleaned | x FP32 as exported "
+            "| x ORT static | x ORT dynamic | x NNCF (OpenVINO) | x ours in OpenVINO "
+            "| ORT static fidelity | ORT dynamic fidelity | NNCF fidelity | ours in OpenVINO fidelity |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
             *rows,
         ]
     )
