@@ -25,7 +25,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from benchmarks.results import RESULTS, sized, write_results
+from benchmarks.results import RESULTS, provenance, sized, write_results
 from benchmarks.rivals import (
     TFLiteRunner,
     nncf_int8,
@@ -157,7 +157,7 @@ def main() -> None:
     )
     report = core_report.evaluate(core_report.summarize(one_model), one_model, evaluator)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    core_report.write(report, RESULTS / "calogan_report.html")
+    core_report.write({**provenance(), **report}, RESULTS / "calogan_report.html")
     physics = report["sections"][0]["data"]
     keys = {
         PhysicsEvaluator.FP32: "fp32_cleaned",

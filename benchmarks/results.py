@@ -54,7 +54,10 @@ def provenance() -> dict:
 
     return {
         "commit": git("rev-parse", "HEAD") or "unknown",
-        "dirty": bool(git("status", "--porcelain", "--untracked-files=no")),
+        # results files written by earlier runs do not make the code dirty
+        "dirty": bool(
+            git("status", "--porcelain", "--untracked-files=no", "--", ".", ":!benchmarks/results")
+        ),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "isa": host_isa(),
         "versions": {name: _version(name) for name in VERSIONED},
