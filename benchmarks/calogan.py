@@ -82,6 +82,7 @@ LABELS = {
     "nncf_int8_ranges": f"NNCF INT8 (OpenVINO), {BY_RANGE}",
     "int8_openvino": f"quantize INT8 run by OpenVINO, {BY_RANGE}",
 }
+OPENVINO = ("openvino_fp32", "nncf_int8_ranges", "int8_openvino")  # the rest run in ORT or TFLite
 # Speed only: FP32 in OpenVINO computes what FP32 in ORT does; the physics' FP32 is the baseline.
 SPEED_ONLY = ("fp32", "openvino_fp32")
 # Physics only: a TFLite interpreter of this generator holds 8 GB at batch 64, and two (one model,
@@ -221,9 +222,6 @@ def main() -> None:
     }
     write_results("calogan", result, _markdown(result))
     print(_markdown(result))
-
-
-OPENVINO = ("openvino_fp32", "nncf_int8_ranges", "int8_openvino")
 
 
 def _source(name: str, model) -> ShowerSource:

@@ -27,7 +27,7 @@ from benchmarks.rivals import (
     tflite_full_int8,
 )
 from calibration import METHODS
-from models.resnet50.build import DEMO, TrainRecipe, build, test_set
+from models.resnet50.build import DEMO, TrainRecipe, build, test_images
 from quantize import Recipe, RunOptions, quantize
 from quantize.bench import compare
 from quantize.coverage import kernel_counts, optimized_graph
@@ -63,8 +63,7 @@ def main() -> None:
     cache = build(sized(TrainRecipe(), DEMO))
     fp32 = onnx.load(str(cache / "resnet50.onnx"))
     calib = np.load(cache / "calib.npz")["image"]
-    with np.load(test_set()) as test:
-        images, labels = test["image"][: sized(None, 500)], test["label"][: sized(None, 500)]
+    images, labels = test_images(sized(None, 500))
 
     start = time.perf_counter()
     ours = quantize(

@@ -23,7 +23,7 @@ import numpy as np
 import onnx
 
 from benchmarks.results import sized, write_results
-from models.resnet50.build import DEMO, TrainRecipe, build, test_set
+from models.resnet50.build import DEMO, TrainRecipe, build, test_images
 from quantize import Recipe, RunOptions, quantize
 from quantize.bench import compare
 from quantize.runtime import TargetMismatchWarning, run_batches, session
@@ -55,8 +55,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     cache = build(sized(TrainRecipe(), DEMO))
-    with np.load(test_set()) as test:
-        images, labels = test["image"][: sized(None, 500)], test["label"][: sized(None, 500)]
+    images, labels = test_images(sized(None, 500))
     models, kernel_timing = _models(cache)
     runs = {name: (model, None) for name, model in models.items()}
     runs["vnni"], runs["vnni_u8u8"] = (models["vnni"], False), (models["vnni"], True)

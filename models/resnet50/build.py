@@ -42,6 +42,14 @@ def test_set() -> Path:
     return cache_dir("resnet50") / "test.npz"
 
 
+def test_images(
+    limit: int | None = None, path: Path | None = None
+) -> tuple[np.ndarray, np.ndarray]:
+    """(images, labels) of the test set (`path`, default `test_set()`), the first `limit` of them."""
+    with np.load(path or test_set()) as test:
+        return test["image"][:limit], test["label"][:limit]
+
+
 def build(recipe: TrainRecipe = TrainRecipe(), out_dir: Path | None = None, log=print) -> Path:
     """Train (unless cached) and export; returns the directory holding the artefacts."""
     reference = recipe.name == TrainRecipe.name

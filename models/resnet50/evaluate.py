@@ -4,7 +4,7 @@ from pathlib import Path
 
 import numpy as np
 
-from models.resnet50.build import test_set
+from models.resnet50.build import test_images
 from quantize.runtime import run_batches, session
 
 
@@ -17,8 +17,7 @@ def top1(
 
 
 def top1_of_file(model_path, test_npz: Path | None = None) -> float:
-    with np.load(test_npz or test_set()) as test:
-        return top1(Path(model_path), test["image"], test["label"])
+    return top1(Path(model_path), *test_images(path=test_npz))
 
 
 class Top1Evaluator:
@@ -29,8 +28,7 @@ class Top1Evaluator:
     higher_is_better = True
 
     def __init__(self, test_npz: Path | None = None):
-        self.test_npz = test_npz or test_set()
+        self.test_npz = test_npz
 
     def evaluate(self, model) -> float:
-        with np.load(self.test_npz) as test:
-            return 100 * top1(model, test["image"], test["label"])
+        return 100 * top1(model, *test_images(path=self.test_npz))
