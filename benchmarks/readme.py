@@ -149,8 +149,12 @@ def _translator(d: dict) -> str:
         "ort_static": "ORT `quantize_static`",
         "ctranslate2_fp32": "CTranslate2 float32, same weights",
         "ctranslate2_int8": "CTranslate2 int8, same weights",
+        "openvino_fp32": "OpenVINO FP32 (after clean-up)",
+        "nncf_openvino": "NNCF INT8 (OpenVINO)",
+        "ours_openvino": "quantize INT8 run by OpenVINO",
     }
     speed, bleu = d["sentences_per_s_at_best"], d["bleu"]
+    names = {n: label for n, label in names.items() if n in speed}  # older runs had no OpenVINO
     rows = [
         [
             names[n],
@@ -163,7 +167,7 @@ def _translator(d: dict) -> str:
     ]
     title = (
         f"**Translator**, English to German, greedy, {d['test_sentences']} test sentences, each at its best "
-        f"batch setting: ours and ORT's through the bin-packing batcher, CTranslate2 with its own batching "
+        f"batch setting: ours, ORT's and OpenVINO's through the bin-packing batcher, CTranslate2 with its own batching "
         f"(`make translator`, `translator.md`; {_where(d)}):"
     )
     header = ["variant", "sentences/s", "x FP32 after clean-up", "x FP32 as exported", "BLEU"]

@@ -155,24 +155,30 @@ class TFLiteRunner:
 
 
 def nncf_int8(
-    fp32_path: Path, calib: np.ndarray | dict[str, np.ndarray], transformer: bool = False
+    fp32_path: Path,
+    calib: np.ndarray | dict[str, np.ndarray] | list[dict],
+    transformer: bool = False,
 ):
     """NNCF's post-training quantization with its defaults (performance preset: symmetric
     activations; fast bias correction; for transformers its TRANSFORMER model type) of the FP32
     model as OpenVINO reads it, calibrated on every sample of `calib` (an array for a one-input
-    model, or arrays per input name), one per item. An OpenVINO model, for OpenVINOSession."""
+    model, or arrays per input name), one per item, or on every feed of a list of ready feeds.
+    An OpenVINO model, for OpenVINOSession."""
     os.environ.setdefault("NNCF_CI", "1")  # NNCF reports usage to Intel unless told it runs in CI
     import nncf
 
     model = openvino_model(fp32_path)
-    arrays = calib if isinstance(calib, dict) else None
-    n = len(next(iter(arrays.values()))) if arrays else len(calib)
-    items = [
-        {k: v[i : i + 1] for k, v in arrays.items()} if arrays else calib[i : i + 1]
-        for i in range(n)
-    ]
     options = {"model_type": nncf.ModelType.TRANSFORMER} if transformer else {}
-    return nncf.quantize(model, nncf.Dataset(items), subset_size=n, **options)
+    items = calib if isinstance(calib, list) else _samples(calib)
+    return nncf.quantize(model, nncf.Dataset(items), subset_size=len(items), **options)
+
+
+def _samples(calib: np.ndarray | dict[str, np.ndarray]) -> list:
+    """One feed per sample: arrays of one row (per input name for a dict)."""
+    if isinstance(calib, dict):
+        n = len(next(iter(calib.values())))
+        return [{k: v[i : i + 1] for k, v in calib.items()} for i in range(n)]
+    return [calib[i : i + 1] for i in range(len(calib))]
 
 
 QUARK_PYTHON = Path(os.environ.get("QUARK_PYTHON", ".venv-quark/bin/python"))

@@ -1,6 +1,7 @@
 """Translator: FP32 (as exported, and after quantize's clean-up: the baseline) vs INT8 (ours,
 ORT quantize_dynamic, ORT quantize_static), end to end, and CTranslate2 (float32 and int8) on
-the same trained weights.
+the same trained weights; and OpenVINO running the cleaned FP32 graphs, NNCF's INT8 of them
+and ours.
 
 `python -m benchmarks.translator` (needs `python -m models.translator build`): translates the
 test split (packages the model never saw), greedy, through the bin-packing batcher on all
@@ -25,7 +26,7 @@ import sacrebleu
 
 from benchmarks.ct2_translator import CT2Translator, convert
 from benchmarks.results import sized, write_results
-from benchmarks.rivals import ort_quantize_dynamic, ort_quantize_static
+from benchmarks.rivals import nncf_int8, ort_quantize_dynamic, ort_quantize_static
 from models.translator.build import calibration_sentences, map_graphs, quantize_translator
 from models.translator.corpus import build_corpus, read_split
 from models.translator.evaluate import calibration_feeds
@@ -43,6 +44,7 @@ TOKEN_BUDGETS = sized((1024, 2048, 4096, 8192, 16384), (2048,))
 PADDING_CAPS = (0.1, 1.0)  # 1.0: budget and batch size only
 MAX_BATCH = 256
 CT2_COMPUTE_TYPES = {"ctranslate2_fp32": "float32", "ctranslate2_int8": "int8"}
+RUNTIME = dict.fromkeys(("openvino_fp32", "nncf_openvino", "ours_openvino"), "openvino")  # else ORT
 
 
 def main() -> None:
@@ -64,6 +66,11 @@ def main() -> None:
                 onnx.load(path), feeds[graph], transformer=True
             ),
         ),
+    }
+    variants |= {
+        "openvino_fp32": variants["fp32_clean"],
+        "nncf_openvino": _nncf(variants["fp32_clean"], feeds),
+        "ours_openvino": variants["ours"],
     }
     ct2_folder = convert(
         build_model(SMALL, default_folder() / "translator.weights.h5"),
@@ -97,7 +104,7 @@ def main() -> None:
             batches = pack(lengths, budget, MAX_BATCH, cap)
             for name, files in variants.items():
                 elapsed, translations[(name, (budget, streams, cap))] = _timed(
-                    english, batches, files, streams
+                    english, batches, files, streams, RUNTIME.get(name, "onnxruntime")
                 )
                 seconds[(name, (budget, streams, cap))].append(elapsed)
         for budget, workers, _ in ct2_settings:
@@ -185,6 +192,10 @@ def main() -> None:
             "ctranslate2": "converted from the same Keras weights (benchmarks/ct2_translator.py); int8 = "
             'compute_type="int8"; its own batching: max_batch_size tokens, workers = inter_threads, '
             "intra_threads = cores / workers; max_decoding_length = the model's max_len - 1",
+            "openvino": "CPU plugin through the same batcher (quantize.runtime.OpenVINOSession: f32 "
+            "where not INT8, LATENCY hint, threads = cores / streams, dynamic shapes); NNCF: "
+            "nncf.quantize of the cleaned graphs with its defaults and model_type=TRANSFORMER, on "
+            "the calibration feeds ours takes",
         },
         "isa": host_isa(),
     }
@@ -215,14 +226,27 @@ def _warm(translator: CT2Translator, english: list[str]) -> CT2Translator:
     return translator
 
 
+def _nncf(clean: TranslatorFiles, feeds: dict[str, list[dict]]) -> TranslatorFiles:
+    """NNCF INT8 of the cleaned graphs (its TRANSFORMER type, on our calibration feeds): OpenVINO
+    models, in memory."""
+    return TranslatorFiles(
+        *(nncf_int8(getattr(clean, g), feeds[g], transformer=True) for g in ("encoder", "decoder")),
+        clean.tokenizer,
+    )
+
+
 def _timed(
-    english: list[str], batches: list[list[int]], files: TranslatorFiles, streams: int
+    english: list[str],
+    batches: list[list[int]],
+    files: TranslatorFiles,
+    streams: int,
+    runtime: str = "onnxruntime",
 ) -> tuple[float, list[str]]:
     """Seconds to translate everything on a pool whose streams have built their sessions and
     translated the longest batch once, and the output."""
 
     def warm_translator(threads: int) -> Translator:
-        translator = Translator(files, threads)
+        translator = Translator(files, threads, runtime=runtime)
         translator([english[i] for i in batches[0]])
         return translator
 

@@ -22,12 +22,13 @@ def main() -> None:
             Path(model["encoder"]), Path(model["decoder"]), Path(spec["tokenizer"])
         )
         translator = Translator(files, threads=0, exact_kernels=model["exact_kernels"])
-        german = [""] * len(english)
+        german, done = [""] * len(english), 0
         for batch in pack(translator.token_lengths(english), TOKEN_BUDGET, MAX_BATCH):
             for i, line in zip(batch, translator([english[i] for i in batch])):
                 german[i] = line
+            done += len(batch)
+            print(f"{name}: {done}/{len(english)} sentences", file=sys.stderr, flush=True)
         out[name] = german
-        print(f"{name}: done", file=sys.stderr, flush=True)
     print(json.dumps({"isa": host_isa(), "translations": out}))
 
 

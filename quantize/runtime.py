@@ -4,6 +4,7 @@ and OpenVINO, whose CPU plugin runs the same Q/DQ models in INT8 (an optional de
 import tempfile
 import warnings
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import onnx
@@ -59,20 +60,41 @@ def openvino():
     return openvino
 
 
+METADATA = "metadata"
+
+
+class Port(NamedTuple):
+    """An input or output as ONNX Runtime's NodeArg names it: its name and shape (None where
+    dynamic)."""
+
+    name: str
+    shape: list[int | None]
+
+
+class ModelMeta(NamedTuple):
+    custom_metadata_map: dict[str, str]
+
+
 def openvino_model(model: onnx.ModelProto | Path):
     """An ONNX model (in memory or a path) as OpenVINO reads it: quantize's Q/DQ models run in
-    INT8 there."""
+    INT8 there. The ONNX metadata, which OpenVINO's reader drops, goes into its "metadata"
+    runtime info (OpenVINOSession.get_modelmeta reads it)."""
     core = openvino().Core()
-    if not isinstance(model, onnx.ModelProto):
-        return core.read_model(str(model))
-    with tempfile.TemporaryDirectory() as tmp:
-        save_model(model, Path(tmp) / "model.onnx")
-        return core.read_model(str(Path(tmp) / "model.onnx"))
+    if isinstance(model, onnx.ModelProto):
+        with tempfile.TemporaryDirectory() as tmp:
+            save_model(model, Path(tmp) / "model.onnx")
+            read = core.read_model(str(Path(tmp) / "model.onnx"))
+    else:
+        read = core.read_model(str(model))
+        model = onnx.load(str(model), load_external_data=False)
+    for entry in model.metadata_props:
+        read.set_rt_info(entry.value, [METADATA, entry.key])
+    return read
 
 
 class OpenVINOSession:
     """A model compiled by OpenVINO for this CPU, with ONNX Runtime's `run(None, feeds)` (the
-    outputs in the graph's order). One request on `threads` threads (0: OpenVINO's choice), and
+    outputs in the graph's order), `get_inputs`, `get_outputs` and `get_modelmeta`. One request on `threads` threads (0: OpenVINO's choice), and
     FP32 for whatever is not INT8: on AMX CPUs OpenVINO would otherwise run it in bf16.
 
     `model` is ONNX (in memory or a path) or an OpenVINO model (NNCF's output); `shape`, if
@@ -87,6 +109,8 @@ class OpenVINOSession:
         config = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32"}
         if threads:
             config["INFERENCE_NUM_THREADS"] = threads
+        metadata = read.get_rt_info()[METADATA] if read.has_rt_info([METADATA]) else {}
+        self._metadata = {key: value.astype(str) for key, value in metadata.items()}
         self._compiled = ov.Core().compile_model(read, "CPU", config)
         self._request = self._compiled.create_infer_request()
 
@@ -94,10 +118,29 @@ class OpenVINOSession:
         results = self._request.infer(feeds)
         return [results[output] for output in self._compiled.outputs]
 
+    def get_inputs(self) -> list[Port]:
+        return [_port(p) for p in self._compiled.inputs]
 
-def runtime_session(model: onnx.ModelProto | Path, threads: int = 0, runtime: str = "onnxruntime"):
-    """A session of `runtime` (one of RUNTIMES) with ONNX Runtime's `run(None, feeds)`."""
-    return OpenVINOSession(model, threads) if runtime == "openvino" else session(model, threads)
+    def get_outputs(self) -> list[Port]:
+        return [_port(p) for p in self._compiled.outputs]
+
+    def get_modelmeta(self) -> ModelMeta:
+        return ModelMeta(self._metadata)
+
+
+def _port(port) -> Port:
+    shape = port.get_partial_shape()
+    return Port(port.get_any_name(), [d.get_length() if d.is_static else None for d in shape])
+
+
+def runtime_session(
+    model, threads: int = 0, runtime: str = "onnxruntime", exact_kernels: bool | None = None
+):
+    """A session of `runtime` (one of RUNTIMES) with ONNX Runtime's interface; `exact_kernels`
+    as `session` takes it (ONNX Runtime only)."""
+    if runtime == "openvino":
+        return OpenVINOSession(model, threads)
+    return session(model, threads, exact_kernels=exact_kernels)
 
 
 def run_batches(

@@ -12,7 +12,7 @@ import numpy as np
 
 from models.translator.tokenizer import BOS, EOS, PAD, load_tokenizer
 from quantize.cache import cache_dir
-from quantize.runtime import session
+from quantize.runtime import runtime_session
 
 LENGTH_PENALTY = 0.6  # GNMT's alpha: beam scores are log p / ((5 + len) / 6) ** alpha
 
@@ -24,7 +24,7 @@ def default_folder() -> Path:
 
 @dataclass(frozen=True)
 class TranslatorFiles:
-    encoder: Path  # or an in-memory onnx.ModelProto, as ONNX Runtime sessions take either
+    encoder: Path  # or an in-memory onnx.ModelProto (or, for OpenVINO, an openvino.Model)
     decoder: Path
     tokenizer: Path
 
@@ -42,12 +42,13 @@ class Translator:
         threads: int = 0,
         beam: int = 1,
         exact_kernels: bool | None = None,
+        runtime: str = "onnxruntime",
     ):
         """`exact_kernels`: as quantize.runtime.session takes it (None: what the model's target
-        needs on this CPU)."""
+        needs on this CPU); `runtime`: one of quantize.runtime.RUNTIMES."""
         self.encoder, self.decoder = (
-            session(files.encoder, threads, exact_kernels=exact_kernels),
-            session(files.decoder, threads, exact_kernels=exact_kernels),
+            runtime_session(files.encoder, threads, runtime, exact_kernels),
+            runtime_session(files.decoder, threads, runtime, exact_kernels),
         )
         self.tokenizer = load_tokenizer(files.tokenizer)
         self.beam = beam
