@@ -134,12 +134,16 @@ def _port(port) -> Port:
 
 
 def runtime_session(
-    model, threads: int = 0, runtime: str = "onnxruntime", exact_kernels: bool | None = None
+    model,
+    threads: int = 0,
+    runtime: str = "onnxruntime",
+    exact_kernels: bool | None = None,
+    shape: tuple[int, ...] | None = None,
 ):
     """A session of `runtime` (one of RUNTIMES) with ONNX Runtime's interface; `exact_kernels`
-    as `session` takes it (ONNX Runtime only)."""
+    as `session` takes it (ONNX Runtime only), `shape` as OpenVINOSession does (OpenVINO only)."""
     if runtime == "openvino":
-        return OpenVINOSession(model, threads)
+        return OpenVINOSession(model, threads, shape)
     return session(model, threads, exact_kernels=exact_kernels)
 
 

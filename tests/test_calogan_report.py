@@ -242,3 +242,20 @@ def test_generated_showers_stream_into_a_comparison_as_their_file_would(tmp_path
     assert [row["sampling_fraction_shift"] for row in streamed.bins] == pytest.approx(
         [0.02] * 7, abs=1e-5
     )
+
+
+def test_a_generator_made_for_openvino_has_its_cells_corrected_as_openvino_computes_them(tmp_path):
+    from models.calogan.generate import energy_edges, quantize_by_energy, range_latents
+
+    keras.utils.set_random_seed(0)
+    fp32 = keras_to_onnx(generator())
+    onnx.save(fp32, tmp_path / "g.onnx")
+    edges = energy_edges(1, 50.0, 100.0)
+    model = quantize_by_energy(tmp_path / "g.onnx", edges, samples=256, runtime="openvino").models[
+        0
+    ]
+    assert Recipe.from_model(model).runtime == "openvino"
+    z = range_latents(edges, 0, 256)  # the latents its cell maps were fitted on
+    showers = onnx_source(model)(z, None)  # in the runtime its recipe names
+    np.testing.assert_array_equal(showers, onnx_source(model, runtime="openvino")(z, None))
+    assert showers.sum() == pytest.approx(onnx_source(fp32)(z, None).sum(), rel=1e-3)

@@ -19,6 +19,7 @@ from models.calogan.train import ENERGY_RANGE_GEV, TrainRecipe, train, training_
 from onnxio import InputError
 from quantize.cache import cache_dir
 from quantize.ray_pool import pool_factory
+from quantize.runtime import RUNTIMES
 from quantize.shards import run_job
 
 
@@ -74,6 +75,13 @@ def main() -> int:
         type=Path,
         default=None,
         help="folder (default: $QUANTIZE_CACHE/calogan/int8)",
+    )
+    q.add_argument(
+        "--runtime",
+        choices=RUNTIMES,
+        default="onnxruntime",
+        help="what the generators will run in: the output cells are corrected as it computes "
+        "them, and `generate` runs them there (default %(default)s)",
     )
     gen = sub.add_parser(
         "generate",
@@ -172,7 +180,9 @@ def _quantize(args) -> int:
         )
         return 2
     out = args.output or cache_dir("calogan") / "int8"
-    models = quantize_by_energy(_fp32_onnx(), energy_edges(args.ranges), samples=args.samples)
+    models = quantize_by_energy(
+        _fp32_onnx(), energy_edges(args.ranges), samples=args.samples, runtime=args.runtime
+    )
     models.save(out)
     edges = ", ".join(f"{e:.0f}" for e in models.edges)
     print(f"wrote {len(models.models)} INT8 generators to {out} (energy edges {edges} GeV)")

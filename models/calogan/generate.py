@@ -26,7 +26,7 @@ from onnxio import InputError, save_model, write_text
 from physics_metrics.features import HIT_THRESHOLD_GEV
 from quantize import Recipe, RunOptions, quantize
 from quantize.frontend.onnx_file import load_onnx
-from quantize.runtime import run_batches, session
+from quantize.runtime import run_batches, runtime_session
 
 CALIBRATION_SAMPLES = 256
 
@@ -60,11 +60,40 @@ ShowerSource = Callable[
 ]  # (latents, Ep GeV) -> showers (N, 25, 25, 25) GeV
 
 
-def onnx_source(model: onnx.ModelProto, threads: int = 0, batch: int = 64) -> ShowerSource:
-    """Showers from one generator graph through ONNX Runtime."""
-    sess = session(model, threads)
+def onnx_source(
+    model: onnx.ModelProto, threads: int = 0, batch: int = 64, runtime: str | None = None
+) -> ShowerSource:
+    """Showers from one generator graph, run by `runtime` (default: the one its quantize recipe
+    names, else ONNX Runtime)."""
+    run = _outputs(model, threads, batch, runtime or _recipe_runtime(model))
+    return lambda z, energies: run(z)[0][..., 0] / CELL_SCALE
+
+
+def in_fixed_batches(run: Callable[[np.ndarray], list], z: np.ndarray, batch: int) -> list:
+    """The outputs of `run` (latents -> list of arrays), which takes exactly `batch` latents,
+    over all of `z`: the last batch is padded."""
+    padded = np.zeros((-(-len(z) // batch) * batch, *z.shape[1:]), np.float32)
+    padded[: len(z)] = z
+    parts = [run(padded[i : i + batch]) for i in range(0, len(padded), batch)]
+    return [np.concatenate(outputs)[: len(z)] for outputs in zip(*parts)]
+
+
+def _outputs(model, threads: int, batch: int, runtime: str) -> Callable[[np.ndarray], list]:
+    """Every output of `model` for latents z, run batch by batch. OpenVINO compiles it for a
+    static batch (a short last one padded), as its benchmark_app does: its INT8 kernels for a
+    dynamic batch compute other values than for a static one."""
+    sess = runtime_session(model, threads, runtime, shape=(batch, LATENT))
     name = sess.get_inputs()[0].name
-    return lambda z, energies: run_batches(sess, {name: z}, batch)[0][..., 0] / CELL_SCALE
+    if runtime == "openvino":
+        return lambda z: in_fixed_batches(lambda b: sess.run(None, {name: b}), z, batch)
+    return lambda z: run_batches(sess, {name: z}, batch)
+
+
+def _recipe_runtime(model) -> str:
+    try:
+        return Recipe.from_model(model).runtime
+    except ValueError:  # not made by quantize: FP32
+        return "onnxruntime"
 
 
 def routed_source(edges: np.ndarray, sources: list[ShowerSource]) -> ShowerSource:
@@ -167,14 +196,16 @@ def quantize_by_energy(
     threads: int = 0,
     seed: int = 0,
     correct_cells: bool = True,
+    runtime: str = "onnxruntime",
 ) -> EnergyRangeModels:
     """One INT8 model per energy range, each calibrated on latents of its range and, with
     `correct_cells`, its output cells corrected towards FP32's on `samples` of them. The ranges
     are calibrated on the first CALIBRATION_SAMPLES (more were no better, ad hoc); the cell
     correction needs all: 4096 latents halved the m2_x separation that 1024 left at 50 GeV (ad hoc,
-    one map per range; now each half of the range's latents gets its own map)."""
+    one map per range; now each half of the range's latents gets its own map). `runtime` is
+    what the models will run in (their recipe records it, and their sources pick it)."""
     model = onnx.load(fp32_path)
-    recipe = Recipe.generator(ir.from_proto(model))
+    recipe = Recipe.generator(ir.from_proto(model), runtime=runtime)
     models = []
     for i in range(len(edges) - 1):
         z = range_latents(edges, i, samples, seed)
@@ -185,27 +216,37 @@ def quantize_by_energy(
             recipe,
             RunOptions(threads=threads),
         ).model
-        models.append(
-            output_cell_maps(model, int8, z, threads).replace_relu(int8) if correct_cells else int8
-        )
+        if correct_cells:
+            int8 = output_cell_maps(model, int8, z, threads, runtime).replace_relu(int8)
+        models.append(int8)
     return EnergyRangeModels(np.asarray(edges, float), models)
 
 
 def output_cell_maps(
-    fp32: onnx.ModelProto, int8: onnx.ModelProto, z: np.ndarray, threads: int = 0
+    fp32: onnx.ModelProto,
+    int8: onnx.ModelProto,
+    z: np.ndarray,
+    threads: int = 0,
+    runtime: str = "onnxruntime",
 ) -> CellMaps:
-    """The cell maps (models/calogan/cell_maps.py) that bring `int8`'s cells to FP32's, fitted on
-    latents `z` of one energy range: `.replace_relu(int8)` is the corrected model."""
-    target = onnx_source(fp32, threads)(z, None).reshape(len(z), -1) * CELL_SCALE
+    """The cell maps (models/calogan/cell_maps.py) that bring `int8`'s cells, as `runtime`
+    computes them, to FP32's, fitted on latents `z` of one energy range: `.replace_relu(int8)` is
+    the corrected model. The runtime matters: OpenVINO's INT8 rounds otherwise than ONNX
+    Runtime's, and maps fitted on the one move the other's shower energy by percents."""
+    target = onnx_source(fp32, threads, runtime="onnxruntime")(z, None)
     return fit_cell_maps(
-        final_relu_inputs(int8, z, threads), target, z, HIT_THRESHOLD_GEV * CELL_SCALE
+        final_relu_inputs(int8, z, threads, runtime),
+        target.reshape(len(z), -1) * CELL_SCALE,
+        z,
+        HIT_THRESHOLD_GEV * CELL_SCALE,
     )
 
 
-def final_relu_inputs(model: onnx.ModelProto, z: np.ndarray, threads: int = 0) -> np.ndarray:
-    """What the generator's final ReLU receives for latents `z`: (N, *cell shape)."""
+def final_relu_inputs(
+    model: onnx.ModelProto, z: np.ndarray, threads: int = 0, runtime: str = "onnxruntime"
+) -> np.ndarray:
+    """What the generator's final ReLU receives for latents `z` in `runtime`: (N, *cell shape)."""
     probe = onnx.ModelProto()
     probe.CopyFrom(model)
     probe.graph.output.append(onnx.ValueInfoProto(name=output_relu(model).input[0]))
-    sess = session(probe, threads)
-    return run_batches(sess, {sess.get_inputs()[0].name: z}, 64)[1]
+    return _outputs(probe, threads, 64, runtime)(z)[1]
