@@ -7,9 +7,6 @@ from benchmarks import readme
 from benchmarks.results import write_results
 
 PROVENANCE = {"commit", "dirty", "date", "isa", "versions", "command"}
-# Written before the file recorded its provenance (the 3DGAN report of 3e154d6): each leaves this
-# list when its benchmark is run again.
-PREDATE_PROVENANCE = {"calogan_report"}
 
 
 def test_the_readme_results_are_what_the_committed_json_renders():
@@ -19,13 +16,13 @@ def test_the_readme_results_are_what_the_committed_json_renders():
     )
 
 
-def test_only_the_results_that_predate_provenance_lack_it():
+def test_every_committed_result_records_its_provenance():
     lacking = {
         path.stem
         for path in readme.RESULTS.glob("*.json")
         if not PROVENANCE <= json.loads(path.read_text()).keys()
     }
-    assert lacking == PREDATE_PROVENANCE
+    assert lacking == set()
 
 
 def test_a_changed_figure_shows_in_the_rendered_readme(tmp_path, monkeypatch):
