@@ -96,7 +96,7 @@ def main() -> None:
             local.append(rate)
             starts["local"].append(start)
             reference = reference or _digests(manifest)
-            _ray_init(ray, num_cpus=STREAMS)
+            _ray_init(ray, address="local", num_cpus=STREAMS)
             try:
                 start, rate, manifest = _timed_job(job, tmp / f"ray{i}", _ray)
                 on_ray.append(rate)

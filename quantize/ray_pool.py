@@ -41,7 +41,10 @@ def connect(address: str | None = None):
     to a Ray started here on this process's cores."""
     ray = _ray()
     if not ray.is_initialized():
-        options = {"address": address} if address else {"num_cpus": len(os.sched_getaffinity(0))}
+        # "local": start one here even where another Ray already runs on this machine
+        options = {"address": address or "local"}
+        if not address:
+            options["num_cpus"] = len(os.sched_getaffinity(0))
         ray.init(**options, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
     return ray
 

@@ -45,7 +45,13 @@ def generator(tmp_path_factory):
 
 @pytest.fixture
 def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, logging_level="ERROR")
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        logging_level="ERROR",
+    )
     yield ray
     ray.shutdown()
 
