@@ -46,10 +46,10 @@ from models.calogan.generate import (
     range_index,
     range_latents,
     routed_source,
+    showers_from,
     trained_generator,
 )
 from models.calogan.network import LATENT
-from models.calogan.train import CELL_SCALE
 from physics_metrics import compare
 from physics_metrics.report import max_sf_shift, worst_separation
 from quantize import Recipe, RunOptions, quantize
@@ -232,9 +232,7 @@ def _source(name: str, model) -> ShowerSource:
     OpenVINO (models.calogan.generate.onnx_source), is compiled for batches of BATCH."""
     if name.startswith("tflite"):
         runner = TFLiteRunner(model, (BATCH, LATENT), THREADS)
-        return lambda z, energies: (
-            in_fixed_batches(lambda b: [runner.run(b)], z, BATCH)[0][..., 0] / CELL_SCALE
-        )
+        return showers_from(lambda z: in_fixed_batches(lambda b: [runner.run(b)], z, BATCH))
     return onnx_source(model, THREADS, BATCH, "openvino" if name in OPENVINO else "onnxruntime")
 
 

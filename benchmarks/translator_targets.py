@@ -1,14 +1,17 @@
 """`python -m benchmarks.translator_targets [--sentences N]`: the translator's BLEU on an AVX2 CPU,
 with INT8 made for each target, against the FP32 graph INT8 starts from.
 
-The CPU is emulated (../shared/tools/as-cpu avx2, qemu: MLAS takes its AVX2 kernels, whose u8s8
-products saturate in int16, whatever the host), so this runs on any machine; accuracy only,
-emulated speed means nothing. Rows: FP32 after quantize's clean-up (the baseline); INT8 made for
-avx2 (7-bit weights: what `--target auto` makes on an AVX2 machine); INT8 made for vnni/amx
-(full-range weights) as quantize's runtime runs it there (ORT's exact U8U8 kernels, with a
-warning), and with ORT's default kernels (what a quantizer unaware of the target meets). Greedy,
-the test split (packages the model never saw), bin-packed batches of 4096 tokens. Needs
-`python -m models.translator build`. Writes benchmarks/results/translator_targets.{json,md}.
+The INT8 models run on an emulated CPU (../shared/tools/as-cpu avx2, qemu: MLAS takes its AVX2
+kernels, whose u8s8 products saturate in int16, whatever the host), so this runs on any machine;
+accuracy only, emulated speed means nothing. The FP32 baseline runs natively: it has no integer
+kernel to saturate, and qemu computes float vectors in software, about 70x slower than the INT8
+models (the full test split would take hours). Rows: FP32 after quantize's clean-up (the
+baseline); INT8 made for avx2 (7-bit weights: what `--target auto` makes on an AVX2 machine);
+INT8 made for vnni/amx (full-range weights) as quantize's runtime runs it there (ORT's exact
+U8U8 kernels, with a warning), and with ORT's default kernels (what a quantizer unaware of the
+target meets). Greedy, the test split (packages the model never saw), bin-packed batches of
+4096 tokens. Needs `python -m models.translator build`. Writes
+benchmarks/results/translator_targets.{json,md}.
 """
 
 import argparse
@@ -54,17 +57,20 @@ def main() -> None:
         )[0]
         for target in ("avx2", "vnni")
     }
-    models = {
-        "fp32_clean": (clean, None),
+    native = _translations({"fp32_clean": (clean, None)}, base.tokenizer, english, emulate=False)
+    int8 = {
         "avx2": (made_for["avx2"], None),
         "vnni_exact": (made_for["vnni"], None),
         "vnni_default": (made_for["vnni"], False),
     }
-    emulated = _emulated(models, base.tokenizer, english)
-    output = emulated["translations"]
-    bleu = {name: sacrebleu.corpus_bleu(output[name], references).score for name in models}
+    emulated = _translations(int8, base.tokenizer, english, emulate=True)
+    output = native["translations"] | emulated["translations"]
+    bleu = {
+        name: sacrebleu.corpus_bleu(german, references).score for name, german in output.items()
+    }
     result = {
         "isa_emulated": emulated["isa"],
+        "isa_native": native["isa"],
         "test_sentences": len(english),
         "rows": {
             name: {
@@ -74,7 +80,7 @@ def main() -> None:
                 "identical_to_fp32": sum(a == b for a, b in zip(output[name], output["fp32_clean"]))
                 / len(english),
             }
-            for name in models
+            for name in output
         },
     }
     markdown = _markdown(result)
@@ -83,9 +89,10 @@ def main() -> None:
     print(f"wrote {path}")
 
 
-def _emulated(models: dict, tokenizer: Path, english: list[str]) -> dict:
-    """Every model's translations under qemu's AVX2-only CPU (benchmarks/translator_targets_child.py)."""
-    if not AS_CPU.exists():
+def _translations(models: dict, tokenizer: Path, english: list[str], emulate: bool) -> dict:
+    """Every model's translations, under qemu's AVX2-only CPU if `emulate`, else on this one
+    (benchmarks/translator_targets_child.py)."""
+    if emulate and not AS_CPU.exists():
         raise SystemExit(f"translator_targets: {AS_CPU} is missing (the AVX2 emulator)")
     spec = {
         "tokenizer": str(tokenizer),
@@ -98,23 +105,27 @@ def _emulated(models: dict, tokenizer: Path, english: list[str]) -> dict:
     with tempfile.TemporaryDirectory() as tmp:
         (Path(tmp) / "spec.json").write_text(json.dumps(spec))
         run = subprocess.run(  # its progress and errors go to our stderr
-            [str(AS_CPU), "avx2", sys.executable, "-m", "benchmarks.translator_targets_child"]
+            ([str(AS_CPU), "avx2"] if emulate else [])
+            + [sys.executable, "-m", "benchmarks.translator_targets_child"]
             + [str(Path(tmp) / "spec.json")],
             stdout=subprocess.PIPE,
             text=True,
             cwd=Path(__file__).parents[1],
         )
     if run.returncode != 0:
-        raise SystemExit(f"translator_targets: the emulated run failed (exit {run.returncode})")
+        where = "emulated" if emulate else "native"
+        raise SystemExit(f"translator_targets: the {where} run failed (exit {run.returncode})")
     return json.loads(run.stdout.strip().splitlines()[-1])
 
 
 def _markdown(result: dict) -> str:
-    isa = result["isa_emulated"]
+    isa, native = result["isa_emulated"], result["isa_native"]
     lines = [
         f"# Translator BLEU per INT8 target, on an emulated AVX2 CPU ({isa['int8_gemm_path']})",
         "",
-        f"{result['test_sentences']} test sentences, greedy. Accuracy only.",
+        f"{result['test_sentences']} test sentences, greedy. Accuracy only. INT8 models run "
+        f"under emulation; the FP32 baseline natively ({native['cpu']}), as qemu "
+        "computes float vectors in software.",
         "",
         "| model | BLEU | drop vs baseline (relative) | identical to FP32 |",
         "|---|---|---|---|",

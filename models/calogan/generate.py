@@ -65,7 +65,11 @@ def onnx_source(
 ) -> ShowerSource:
     """Showers from one generator graph, run by `runtime` (default: the one its quantize recipe
     names, else ONNX Runtime)."""
-    run = _outputs(model, threads, batch, runtime or _recipe_runtime(model))
+    return showers_from(_outputs(model, threads, batch, runtime or _recipe_runtime(model)))
+
+
+def showers_from(run: Callable[[np.ndarray], list]) -> ShowerSource:
+    """The shower source of a generator run by `run` (latents -> the generator's outputs)."""
     return lambda z, energies: run(z)[0][..., 0] / CELL_SCALE
 
 
