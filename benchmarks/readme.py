@@ -28,6 +28,7 @@ def render() -> str:
             _targets(_load("targets")),
             *resnet50,
             _translator(_load("translator")),
+            _translator_targets(_load("translator_targets")),
             _calogan(_load("calogan")),
             _scale_out(_load("scale_out")),
             _zoo(_load("zoo")),
@@ -172,6 +173,26 @@ def _translator(d: dict) -> str:
     )
     header = ["variant", "sentences/s", "x FP32 after clean-up", "x FP32 as exported", "BLEU"]
     return title + "\n\n" + _table(header, rows, bold=list(names).index("ours"))
+
+
+def _translator_targets(d: dict) -> str:
+    rows = [
+        [
+            r["label"],
+            f"{r['bleu']:.2f}",
+            f"{100 * r['bleu_drop_relative']:.2f} %",
+            f"{100 * r['identical_to_fp32']:.1f} %",
+        ]
+        for r in d["rows"].values()
+    ]
+    title = (
+        f"**Translator on an AVX2 CPU** (INT8 emulated, accuracy only; FP32 baseline run natively: "
+        f"`{d['command']}`, `translator_targets.md`; "
+        f"{_where({'isa': d['isa_emulated'], 'commit': d['commit']})}; "
+        f"{d['test_sentences']} test sentences, greedy):"
+    )
+    header = ["model", "BLEU", "drop (relative)", "identical to FP32"]
+    return title + "\n\n" + _table(header, rows, bold=1)
 
 
 def _calogan(d: dict) -> str:
