@@ -4,8 +4,8 @@ with INT8 made for each target, against the FP32 graph INT8 starts from.
 The INT8 models run on an emulated CPU (../shared/tools/as-cpu avx2, qemu: MLAS takes its AVX2
 kernels, whose u8s8 products saturate in int16, whatever the host), so this runs on any machine;
 accuracy only, emulated speed means nothing. The FP32 baseline runs natively: it has no integer
-kernel to saturate, and qemu computes float vectors in software, about 70x slower than the INT8
-models (the full test split would take hours). Rows: FP32 after quantize's clean-up (the
+kernel to saturate, and qemu emulates float vector instructions in software, so the FP32 model
+emulated would take hours over the test split. Rows: FP32 after quantize's clean-up (the
 baseline); INT8 made for avx2 (7-bit weights: what `--target auto` makes on an AVX2 machine);
 INT8 made for vnni/amx (full-range weights) as quantize's runtime runs it there (ORT's exact
 U8U8 kernels, with a warning), and with ORT's default kernels (what a quantizer unaware of the
