@@ -107,6 +107,8 @@ class OpenVINOSession:
             read = read.clone()
             read.reshape(list(shape))
         config = {"PERFORMANCE_HINT": "LATENCY", "INFERENCE_PRECISION_HINT": "f32"}
+        if shape is None:  # its cache of kernels by shape computed a decoder step wrongly (2026.4)
+            config["CPU_RUNTIME_CACHE_CAPACITY"] = 0
         if threads:
             config["INFERENCE_NUM_THREADS"] = threads
         metadata = read.get_rt_info()[METADATA] if read.has_rt_info([METADATA]) else {}
