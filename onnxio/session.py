@@ -14,6 +14,10 @@ import onnxruntime as ort
 
 from onnxio.files import is_large, save_model
 
+# ORT's CPU SkipLayerNormalization kernel is slower than the residual Add and LayerNormalization
+# it fuses (benchmarks/results/ort_fusions.md), so every session leaves them unfused.
+DISABLED_OPTIMIZERS = ["SkipLayerNormFusion"]
+
 
 def cpu_session(
     model: onnx.ModelProto | Path,
@@ -21,8 +25,8 @@ def cpu_session(
     optimized_path: Path | None = None,
     config: dict[str, str] | None = None,
 ) -> ort.InferenceSession:
-    """A CPU session with all graph optimisations; `config` holds extra session config entries,
-    `optimized_path` where ORT writes the graph it optimised."""
+    """A CPU session with all graph optimisations but DISABLED_OPTIMIZERS; `config` holds extra
+    session config entries, `optimized_path` where ORT writes the graph it optimised."""
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.intra_op_num_threads = threads
@@ -37,17 +41,24 @@ def cpu_session(
     for key, value in (config or {}).items():
         options.add_session_config_entry(key, value)
     if isinstance(model, (str, Path)):
-        return ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+        return _session(str(model), options)
     if not is_large(model):
-        return ort.InferenceSession(
-            model.SerializeToString(), options, providers=["CPUExecutionProvider"]
-        )
+        return _session(model.SerializeToString(), options)
     with (
         tempfile.TemporaryDirectory() as tmp
     ):  # ORT reads external data while it builds the session
         path = Path(tmp) / "model.onnx"
         save_model(model, path)
-        return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        return _session(str(path), options)
+
+
+def _session(model: str | bytes, options: ort.SessionOptions) -> ort.InferenceSession:
+    return ort.InferenceSession(
+        model,
+        options,
+        providers=["CPUExecutionProvider"],
+        disabled_optimizers=DISABLED_OPTIMIZERS,
+    )
 
 
 def with_outputs(model: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:

@@ -1,0 +1,154 @@
+"""`python -m benchmarks.ort_fusions`: two of ONNX Runtime's transformer fusions on this CPU, the
+fused form against what it replaces, on the activations of a served MiniLM batch (16 sentences
+of 31 tokens) and of a BERT-base one (768 wide). Decides two things:
+
+- `onnxio.cpu_session` turns ORT's SkipLayerNormFusion off: its CPU SkipLayerNormalization
+  kernel is slower than the residual Add and LayerNormalization it replaces.
+- SmoothActivationsPass keeps the 0.5 that ends an Erf GELU: with it ORT fuses the bias Add and
+  the GELU into one BiasGelu, and the smoothing scale costs one Mul after it; folded into the
+  0.5, the five element-wise ops of the GELU run unfused.
+"""
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from benchmarks.results import sized, write_results
+from quantize.bench import compare_sessions
+from quantize.target import host_isa
+
+ROWS = (16, 31)  # sentences, tokens
+THREADS = 2
+
+
+def skip_layernorm(width: int, fused: bool) -> onnx.ModelProto:
+    """x + skip -> LayerNorm: ORT's contrib SkipLayerNormalization, or the Add and ONNX
+    LayerNormalization it fuses."""
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(rng.uniform(0.5, 1.5, width).astype(np.float32), "gamma"),
+        numpy_helper.from_array(rng.normal(0, 0.1, width).astype(np.float32), "beta"),
+    ]
+    nodes = (
+        [
+            helper.make_node(
+                "SkipLayerNormalization",
+                ["x", "skip", "gamma", "beta"],
+                ["y"],
+                domain="com.microsoft",
+                epsilon=1e-12,
+            )
+        ]
+        if fused
+        else [
+            helper.make_node("Add", ["x", "skip"], ["sum"]),
+            helper.make_node(
+                "LayerNormalization", ["sum", "gamma", "beta"], ["y"], axis=-1, epsilon=1e-12
+            ),
+        ]
+    )
+    return _model(nodes, ["x", "skip"], width, inits)
+
+
+def smoothed_gelu(width: int, scale_in_half: bool) -> onnx.ModelProto:
+    """bias Add -> Erf GELU as exporters write it -> times 1/s per channel: 1/s folded into the
+    GELU's 0.5, or a Mul of its own after a GELU that keeps 0.5."""
+    inverse = np.random.default_rng(1).uniform(0.1, 1.0, width).astype(np.float32)
+    half = 0.5 * inverse if scale_in_half else np.array(0.5, np.float32)
+    inits = [
+        numpy_helper.from_array(np.zeros(width, np.float32), "bias"),
+        numpy_helper.from_array(np.array(np.sqrt(2), np.float32), "sqrt2"),
+        numpy_helper.from_array(np.array(1.0, np.float32), "one"),
+        numpy_helper.from_array(half, "half"),
+        numpy_helper.from_array(inverse, "inverse"),
+    ]
+    nodes = [
+        helper.make_node("Add", ["x", "bias"], ["h"]),
+        helper.make_node("Div", ["h", "sqrt2"], ["d"]),
+        helper.make_node("Erf", ["d"], ["e"]),
+        helper.make_node("Add", ["e", "one"], ["a"]),
+        helper.make_node("Mul", ["h", "a"], ["m"]),
+        helper.make_node("Mul", ["m", "half"], ["y" if scale_in_half else "g"]),
+    ]
+    if not scale_in_half:
+        nodes.append(helper.make_node("Mul", ["g", "inverse"], ["y"]))
+    return _model(nodes, ["x"], width, inits)
+
+
+def _model(nodes, inputs, width, inits) -> onnx.ModelProto:
+    graph = helper.make_graph(
+        nodes,
+        "fusion",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [*ROWS, width]) for n in inputs],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [*ROWS, width])],
+        inits,
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    return helper.make_model(graph, opset_imports=opsets)
+
+
+def cases() -> list[tuple[str, dict[str, onnx.ModelProto], list[str]]]:
+    """(case, {form: model}, input names); the form the project chooses first."""
+    return [
+        *[
+            (
+                f"residual Add + LayerNorm ({width} wide)",
+                {
+                    "Add, LayerNormalization": skip_layernorm(width, fused=False),
+                    "SkipLayerNormalization (ORT's fusion)": skip_layernorm(width, fused=True),
+                },
+                ["x", "skip"],
+            )
+            for width in (384, 768)
+        ],
+        *[
+            (
+                f"bias + GELU + smoothing ({width} wide)",
+                {
+                    "0.5 kept: BiasGelu, then the scaling Mul": smoothed_gelu(width, False),
+                    "1/s in the 0.5: GELU unfused": smoothed_gelu(width, True),
+                },
+                ["x"],
+            )
+            for width in (1536, 3072)
+        ],
+    ]
+
+
+def main() -> None:
+    rng = np.random.default_rng(2)
+    rows = []
+    for case, forms, inputs in cases():
+        width = next(iter(forms.values())).graph.output[0].type.tensor_type.shape.dim[-1].dim_value
+        feeds = {n: rng.normal(size=(*ROWS, width)).astype(np.float32) for n in inputs}
+        speed = compare_sessions(forms, feeds, threads=THREADS, min_seconds=sized(3.0, 0.3))
+        (chosen, a), (other, b) = ((form, speed[form]) for form in forms)
+        rows.append(
+            {
+                "case": case,
+                "chosen": chosen,
+                "chosen_ms": a["latency_ms_p50"],
+                "other": other,
+                "other_ms": b["latency_ms_p50"],
+            }
+        )
+    result = {"machine": host_isa(), "threads": THREADS, "batch": list(ROWS), "cases": rows}
+    markdown = "\n".join(
+        [
+            "# ONNX Runtime fusions on this CPU: median ms a batch of 16 x 31 tokens, 2 threads",
+            "",
+            "| case | chosen form | ms | other form | ms | other / chosen |",
+            "|---|---|---|---|---|---|",
+            *[
+                f"| {r['case']} | {r['chosen']} | {r['chosen_ms']:.3f} | {r['other']} "
+                f"| {r['other_ms']:.3f} | {r['other_ms'] / r['chosen_ms']:.2f} |"
+                for r in rows
+            ],
+        ]
+    )
+    write_results("ort_fusions", result, markdown)
+    print(markdown)
+
+
+if __name__ == "__main__":
+    main()
