@@ -24,7 +24,12 @@ from calibration.histogram import BEYOND_LIMIT
 from onnxio import InputError
 from quantize import bench, coverage, kernel_timing, passes
 from quantize.frontend import load_model
-from quantize.passes.smooth_activations import scaling_muls, smoothing_scales, weight_gemm_readers
+from quantize.passes.smooth_activations import (
+    idle_scaling_muls,
+    scaling_muls,
+    smoothing_scales,
+    weight_gemm_readers,
+)
 from quantize.plan import make_plan
 from quantize.policy import (
     ABSORBABLE_ACTIVATIONS,
@@ -253,12 +258,13 @@ def _lower(
         graph, selection, calibration.histograms, recipe
     )
     _stamp(int8, calibration.original, recipe)
+    folded = {mul.name for mul in idle_scaling_muls(graph, plan.nodes)}  # back into FP32 weights
     return QuantizeResult(
         model=int8,
         fp32_model=clean,
         recipe=recipe,
         options=options,
-        decisions=decisions(graph, selection, plan.absorbed),
+        decisions=[d for d in decisions(graph, selection, plan.absorbed) if d.name not in folded],
         kernels=coverage.kernel_counts(executed),
         calibration_samples=calibration.samples,
         calibration_seconds=calibration.seconds,

@@ -10,6 +10,8 @@ LAYER_SAMPLES = 4  # per-layer SQNR reads every activation at once: few samples,
 LAYER_GROUP = 32
 OUTPUT_FLOOR_DB = 20.0  # below it, or any layer below LAYER_FLOOR_DB, fidelity is low
 LAYER_FLOOR_DB = 0.0  # noise above signal
+# Hugging Face's name for the input that marks real tokens (1) and padding (0)
+PADDING_MASK = "attention_mask"
 
 
 def sqnr_db(reference: np.ndarray, approximation: np.ndarray) -> float:
@@ -39,15 +41,28 @@ def sqnr_against(
     reference: dict, int8: onnx.ModelProto, batches: list[dict], threads: int = 0
 ) -> dict[str, float]:
     """SQNR of each output of `int8` over `batches` against the `reference` outputs (FP32's,
-    from `model_outputs`, computed once where many INT8 models are compared)."""
+    from `model_outputs`, computed once where many INT8 models are compared). Positions a
+    batch's padding mask marks as padding do not count (`real_tokens`)."""
     got = model_outputs(int8, batches, threads)
-    # raveled: feeds of a sequence model may differ in shape from batch to batch
+    # flat: feeds of a sequence model may differ in shape from batch to batch
     return {
         name: sqnr_db(
-            np.concatenate([r.ravel() for r in ref]), np.concatenate([g.ravel() for g in got[name]])
+            np.concatenate([real_tokens(r, b) for r, b in zip(ref, batches)]),
+            np.concatenate([real_tokens(g, b) for g, b in zip(got[name], batches)]),
         )
         for name, ref in reference.items()
     }
+
+
+def real_tokens(output: np.ndarray, batch: dict) -> np.ndarray:
+    """`output` flat, without the positions of padding tokens where the batch has a (batch,
+    tokens) `PADDING_MASK` and the output starts with those two dimensions. A model's output at
+    a padded position is not part of its contract (its users mask it away, as mean pooling
+    does), and its error there can be any size: counted, it hid how MiniLM's tokens fared."""
+    mask = batch.get(PADDING_MASK)
+    if mask is None or mask.ndim != 2 or output.shape[:2] != mask.shape:
+        return output.ravel()
+    return output[mask.astype(bool)].ravel()
 
 
 def layer_sqnr(

@@ -11,6 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from quantize import NodeOverrides, Recipe, SmoothQuant, passes, quantize
 from quantize.passes.smooth_activations import smoothing_scales
+from quantize.pipeline import keep_fp32
 from quantize.runtime import session
 from quantize.validate import run_with_outputs
 
@@ -61,21 +62,21 @@ def test_smoothing_folds_into_a_layernorm_read_only_by_gemms_and_keeps_the_funct
     np.testing.assert_allclose(run(smoothed, x), run(original, x), rtol=1e-4, atol=1e-4)
 
 
-def test_smoothing_adds_a_mul_when_the_activation_has_other_readers_and_improves_int8():
+def _quantized_with_residual(smoothing: SmoothQuant | None):
+    """The residual outlier net, its calibration feeds, and its INT8 result with `smoothing`."""
     original = _outlier_net(residual=True)
     rng = np.random.default_rng(1)
     feeds = [{"x": rng.normal(0, 1, (32, 16)).astype(np.float32)} for _ in range(10)]
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "m.onnx"
         onnx.save(original, str(path))
-        plain = quantize(
-            path, feeds, Recipe.transformer(smoothing=None, overrides=NodeOverrides(fp32=()))
-        )
-        smooth = quantize(
-            path,
-            feeds,
-            Recipe.transformer(smoothing=SmoothQuant(0.8), overrides=NodeOverrides(fp32=())),
-        )
+        recipe = Recipe.transformer(smoothing=smoothing, overrides=NodeOverrides(fp32=()))
+        return original, feeds, quantize(path, feeds, recipe)
+
+
+def test_smoothing_adds_a_mul_when_the_activation_has_other_readers_and_improves_int8():
+    _, _, plain = _quantized_with_residual(None)
+    original, feeds, smooth = _quantized_with_residual(SmoothQuant(0.8))
     assert "h_smooth" in {
         n.name for n in smooth.fp32_model.graph.node
     }  # the output h stays unscaled
@@ -141,3 +142,17 @@ def test_smoothing_after_an_erf_gelu_leaves_it_whole_for_onnx_runtime_to_fuse():
         session(ir.serde.serialize_model(smoothed), optimized_path=optimized)
         # 1/s folded into the GELU's 0.5 would stop ORT's fusion
         assert "Gelu" in [n.op_type for n in onnx.load(optimized).graph.node]
+
+
+def test_a_scaling_mul_whose_gemm_falls_back_to_fp32_is_folded_back_into_the_weight():
+    original, feeds, smooth = _quantized_with_residual(SmoothQuant(0.8))
+    fallen_back = keep_fp32(smooth, {"proj": "a fallback"})
+    assert "h_smooth" in {n.name for n in smooth.model.graph.node}
+    assert "h_smooth" not in {n.name for n in fallen_back.model.graph.node}
+    assert "h_smooth" not in {d.name for d in fallen_back.decisions}
+    proj = next(n for n in fallen_back.model.graph.node if n.name == "proj")
+    assert proj.input[0] == "h"
+    x = feeds[-1]["x"]
+    np.testing.assert_allclose(
+        session(fallen_back.model).run(None, {"x": x})[0], run(original, x), rtol=1e-4, atol=1e-4
+    )

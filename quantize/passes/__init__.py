@@ -4,8 +4,9 @@ cleanup(model)          shape inference, constant folding, BatchNorm folding, de
                         LayerNorm -> LayerNormalization, MatMul+bias -> Gemm, zero Pads into Convs, upsampling into Convs,
                         Conv3D -> 2D Conv, Reshapes before Transposes, Transpose merging,
                         dead nodes
-lower_to_qdq(model, p)  carry out a QuantPlan: absorb Relus, insert Q/DQ pairs, a residual Conv for chosen inputs,
-                        widen chosen Conv outputs
+lower_to_qdq(model, p)  carry out a QuantPlan: absorb Relus, fold smoothing that no INT8 node reads back
+                        into the weights, insert Q/DQ pairs, a residual Conv for chosen inputs, widen
+                        chosen Conv outputs
 """
 
 import onnx_ir as ir
@@ -22,13 +23,14 @@ from quantize.passes.insert_qdq import InsertQDQPass
 from quantize.passes.matmul_to_gemm import MatMulToGemmPass
 from quantize.passes.merge_transposes import MergeTransposesPass
 from quantize.passes.residual_input import ResidualInputPass
-from quantize.passes.smooth_activations import SmoothActivationsPass
+from quantize.passes.smooth_activations import DropIdleScalingPass, SmoothActivationsPass
 from quantize.passes.split_before_transpose import SplitBeforeTransposePass
 from quantize.passes.widen_output import WidenOutputPass
 from quantize.plan import QuantPlan
 
 __all__ = [
     "AbsorbActivationPass",
+    "DropIdleScalingPass",
     "FoldBatchNormPass",
     "FoldConstantsPass",
     "FoldConv3DPass",
@@ -80,6 +82,7 @@ def lower_to_qdq(model: ir.Model, plan: QuantPlan) -> ir.Model:
     passes = ir.passes.PassManager(
         [
             AbsorbActivationPass(plan),
+            DropIdleScalingPass(plan),
             InsertQDQPass(plan),
             ResidualInputPass(plan),
             WidenOutputPass(plan),

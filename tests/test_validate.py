@@ -1,0 +1,50 @@
+"""`quantize.validate`: output SQNR counts what a model's users read."""
+
+import numpy as np
+from onnx import TensorProto, helper
+
+from quantize.validate import model_outputs, sqnr_against
+
+
+def _model(noise_on_padding: float):
+    """y = x + noise_on_padding * (1 - attention_mask) per token, and z = the sum of y over
+    tokens (an output without the token dimension)."""
+    nodes = [
+        helper.make_node("Cast", ["attention_mask"], ["m"], to=TensorProto.FLOAT),
+        helper.make_node("Sub", ["one", "m"], ["padding"]),
+        helper.make_node("Unsqueeze", ["padding", "last"], ["p3"]),
+        helper.make_node("Mul", ["p3", "noise"], ["n"]),
+        helper.make_node("Add", ["x", "n"], ["y"]),
+        helper.make_node("ReduceSum", ["y", "tokens"], ["z"], keepdims=0),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "masked",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["B", "T", 4]),
+            helper.make_tensor_value_info("attention_mask", TensorProto.INT64, ["B", "T"]),
+        ],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", "T", 4]),
+            helper.make_tensor_value_info("z", TensorProto.FLOAT, ["B", 4]),
+        ],
+        [
+            helper.make_tensor("one", TensorProto.FLOAT, [], [1.0]),
+            helper.make_tensor("noise", TensorProto.FLOAT, [], [noise_on_padding]),
+            helper.make_tensor("last", TensorProto.INT64, [1], [-1]),
+            helper.make_tensor("tokens", TensorProto.INT64, [1], [1]),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_output_sqnr_leaves_out_padded_tokens_of_outputs_that_have_a_token_dimension():
+    rng = np.random.default_rng(0)
+    mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 0]], np.int64)
+    batches = [{"x": rng.normal(0, 1, (2, 5, 4)).astype(np.float32), "attention_mask": mask}]
+    reference = model_outputs(_model(0.0), batches)
+    sqnr = sqnr_against(reference, _model(100.0), batches)
+    assert sqnr["y"] == float("inf")  # the error sits on padding only
+    assert sqnr["z"] < 0  # summed over all tokens, padding included: every value is off
