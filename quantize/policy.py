@@ -19,6 +19,7 @@ class OpRule:
     bias: int | None = None  # constant input quantized to int32 at scale s_in * s_w
     same_range: bool = False  # data movement: output keeps the input's scale and zero point
     constant_operands: bool = False  # constant activation inputs (a bias Add) become uint8 tensors
+    between_int8: bool = False  # only with INT8 before and after: alone it costs a Q/DQ pair
 
 
 RULES: dict[str, OpRule] = {
@@ -31,6 +32,7 @@ RULES: dict[str, OpRule] = {
     "GlobalAveragePool": OpRule(),
     "AveragePool": OpRule(),
     "Sigmoid": OpRule(),
+    "Softmax": OpRule(between_int8=True),
     "LeakyRelu": OpRule(),
     "MaxPool": OpRule(same_range=True),
     "Resize": OpRule(same_range=True),
@@ -80,6 +82,7 @@ class Selection:
 
 
 OUTSIDE_INT8 = "data movement outside an INT8 region"
+NOT_BETWEEN_INT8 = "INT8 only between INT8 ops, and its input or output is float here"
 
 
 def select_nodes(
@@ -126,7 +129,7 @@ def select_nodes(
             reasons[node.name] = OUTSIDE_INT8
         else:
             chosen.add(node.name)
-    chosen = _with_movement_into_int8(model, _without_dead_end_movement(model, chosen), excluded)
+    chosen = _with_movement_into_int8(model, _between_int8(model, chosen, reasons), excluded)
     for name in reasons.keys() & chosen:
         del reasons[name]
     for node in model.graph:
@@ -195,6 +198,29 @@ def _with_movement_into_int8(model: ir.Model, chosen: set[str], excluded: set[st
     return chosen
 
 
+def _between_int8(model: ir.Model, chosen: set[str], reasons: dict[str, str]) -> set[str]:
+    """`chosen` without dead-end data movement, and without the `between_int8` ops that lack
+    a chosen op before them or have a reader that is not chosen (each dropped op can leave
+    movement next to it a dead end, hence the loop); their reasons go into `reasons`."""
+    while True:
+        chosen = _without_dead_end_movement(model, chosen)
+        alone = {
+            node.name
+            for node in model.graph
+            if node.name in chosen
+            and RULES[node.op_type].between_int8
+            and not (
+                _fed_by(node, chosen)
+                and not node.outputs[0].is_graph_output()
+                and all(user.name in chosen for user, _ in node.outputs[0].uses())
+            )
+        }
+        if not alone:
+            return chosen
+        chosen -= alone
+        reasons.update(dict.fromkeys(alone, NOT_BETWEEN_INT8))
+
+
 def _without_dead_end_movement(model: ir.Model, chosen: set[str]) -> set[str]:
     """Drop data-movement ops no selected node reads from: moving uint8 data only to
     dequantize it again costs a Q/DQ pair and forces a requantization before it. Concat counts:
@@ -231,7 +257,7 @@ def _fed_by(node: ir.Node, chosen: set[str]) -> bool:
     return producer is not None and producer.name in chosen
 
 
-# The transformer policy's FP32 ops beyond those with no INT8 rule (Softmax, LayerNormalization,
+# The transformer policy's FP32 ops beyond those with no INT8 rule (LayerNormalization,
 # Gelu/Erf, ...): the residual-stream Adds and the scaling Muls, whose ranges are set by a few
 # outliers, and the key/value cache Concats (benchmarks/translator.py measures the alternative).
 TRANSFORMER_FP32_OPS = ("Add", "Mul", "Concat")

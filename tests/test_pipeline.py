@@ -464,3 +464,40 @@ def test_a_split_between_int8_ops_runs_on_uint8_with_no_dequantize_before_it(tmp
     assert producer[split.input[0]] not in ("DequantizeLinear", None)
     assert result.kernels["int8"]["QLinearConcat"] == 1
     assert min(result.output_sqnr_db.values()) > 25
+
+
+def _box_distribution_head() -> onnx.ModelProto:
+    """x (N,8,4,4) -> Conv to 16 bins x 4 sides -> Reshape -> Softmax over the bins -> Conv that
+    takes each side's expected bin (YOLOv8's distribution focal loss head, in small)."""
+    rng = np.random.default_rng(5)
+    bins = np.arange(16, dtype=np.float32).reshape(1, 16, 1, 1)
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["logits"], name="logits"),
+        helper.make_node("Reshape", ["logits", "split_sides"], ["per_side"], name="per_side"),
+        helper.make_node("Softmax", ["per_side"], ["p"], axis=1, name="softmax"),
+        helper.make_node("Conv", ["p", "bins"], ["expected"], name="expected"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "dfl",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, 4, 4])],
+        [helper.make_tensor_value_info("expected", TensorProto.FLOAT, ["N", 1, 4, 16])],
+        [
+            onnx.numpy_helper.from_array(rng.normal(0, 0.5, (64, 8, 1, 1)).astype(np.float32), "w"),
+            onnx.numpy_helper.from_array(np.array([0, 16, 4, 16], np.int64), "split_sides"),
+            onnx.numpy_helper.from_array(bins, "bins"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def test_a_softmax_between_int8_convs_runs_as_an_integer_kernel(tmp_path):
+    onnx.save(_box_distribution_head(), str(tmp_path / "m.onnx"))
+    rng = np.random.default_rng(6)
+    feeds = [{"x": rng.normal(0, 1, (8, 8, 4, 4)).astype(np.float32)} for _ in range(6)]
+    result = quantize(tmp_path / "m.onnx", feeds, Recipe(kernel_timing=False))
+    assert result.kernels["int8"].get("QLinearSoftmax") == 1, result.kernels
+    assert {d.name: d.precision for d in result.decisions}["softmax"] == "int8"
+    assert min(result.output_sqnr_db.values()) > 25

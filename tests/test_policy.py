@@ -5,7 +5,7 @@ import numpy as np
 import onnx_ir as ir
 from onnx import TensorProto, helper, numpy_helper
 
-from quantize.policy import Selection, decisions, select_nodes
+from quantize.policy import NOT_BETWEEN_INT8, Selection, decisions, select_nodes
 
 
 def attention_block() -> ir.Model:
@@ -42,11 +42,17 @@ def attention_block() -> ir.Model:
 
 def test_every_float_node_the_policy_leaves_out_has_its_reason():
     selection = select_nodes(attention_block())
-    assert selection.int8 == {"conv", "reshape", "transpose", "scores", "add"}
-    assert selection.fp32 == {
-        "softmax": "no INT8 kernel in ONNX Runtime",
-        "tanh": "no INT8 kernel in ONNX Runtime",
-    }
+    assert selection.int8 == {"conv", "reshape", "transpose", "scores", "softmax", "add"}
+    assert selection.fp32 == {"tanh": "no INT8 kernel in ONNX Runtime"}
+
+
+def test_a_softmax_goes_to_int8_only_between_int8_ops():
+    after_fp32 = select_nodes(attention_block(), exclude=("scores",))
+    assert "softmax" not in after_fp32.int8
+    assert after_fp32.fp32["softmax"] == NOT_BETWEEN_INT8
+    before_fp32 = select_nodes(attention_block(), exclude=("add",))
+    assert "softmax" not in before_fp32.int8 and "scores" in before_fp32.int8
+    assert before_fp32.fp32["softmax"] == NOT_BETWEEN_INT8
 
 
 def test_a_recipe_without_activation_matmuls_says_so_and_drops_the_movement_around_them():
