@@ -24,12 +24,8 @@ from calibration.histogram import BEYOND_LIMIT
 from onnxio import InputError
 from quantize import bench, coverage, kernel_timing, passes
 from quantize.frontend import load_model
-from quantize.passes.smooth_activations import (
-    idle_scaling_muls,
-    scaling_muls,
-    smoothing_scales,
-    weight_gemm_readers,
-)
+from quantize.passes.drop_idle_scaling import idle_scaling_muls
+from quantize.passes.smooth_activations import scaling_muls, smoothing_scales, weight_gemm_readers
 from quantize.plan import make_plan
 from quantize.policy import (
     ABSORBABLE_ACTIVATIONS,

@@ -13,6 +13,7 @@ import onnx_ir as ir
 from onnx_ir.passes import common
 
 from quantize.passes.absorb_activation import AbsorbActivationPass
+from quantize.passes.drop_idle_scaling import DropIdleScalingPass
 from quantize.passes.fold_batchnorm import FoldBatchNormPass
 from quantize.passes.fold_constants import FoldConstantsPass
 from quantize.passes.fold_conv3d import FoldConv3DPass
@@ -23,7 +24,7 @@ from quantize.passes.insert_qdq import InsertQDQPass
 from quantize.passes.matmul_to_gemm import MatMulToGemmPass
 from quantize.passes.merge_transposes import MergeTransposesPass
 from quantize.passes.residual_input import ResidualInputPass
-from quantize.passes.smooth_activations import DropIdleScalingPass, SmoothActivationsPass
+from quantize.passes.smooth_activations import SmoothActivationsPass
 from quantize.passes.split_before_transpose import SplitBeforeTransposePass
 from quantize.passes.widen_output import WidenOutputPass
 from quantize.plan import QuantPlan

@@ -18,7 +18,6 @@ import numpy as np
 import onnx_ir as ir
 
 from quantize.passes.rewrite import add_initializer
-from quantize.plan import QuantPlan
 
 OUTLIER_RATIO = 3.0  # a channel this many times the median channel's range is an outlier
 GELU_DEPTH = 4  # x * 0.5 * (1 + erf(x / sqrt 2)): Erf is at most this many nodes above the last Mul
@@ -46,13 +45,16 @@ def weight_gemm_readers(value: ir.Value) -> list[ir.Node]:
     return readers
 
 
+def _transposed_weight(gemm: ir.Node) -> bool:
+    return (
+        gemm.op_type == "Gemm" and "transB" in gemm.attributes and gemm.attributes["transB"].value
+    )
+
+
 def weight_rows(gemm: ir.Node) -> np.ndarray:
     """The weight as (input channels, output channels)."""
     w = gemm.inputs[1].const_value.numpy()
-    transposed = (
-        gemm.op_type == "Gemm" and "transB" in gemm.attributes and gemm.attributes["transB"].value
-    )
-    return w.T if transposed else w
+    return w.T if _transposed_weight(gemm) else w
 
 
 def is_gelu(node: ir.Node) -> bool:
@@ -101,10 +103,7 @@ def smoothing_scales(
 def scale_weight_rows(graph: ir.Graph, gemm: ir.Node, s: np.ndarray, suffix: str) -> None:
     """Multiplies input channel j of `gemm`'s weight by s_j (a new initializer)."""
     w = gemm.inputs[1].const_value.numpy()
-    transposed = (
-        gemm.op_type == "Gemm" and "transB" in gemm.attributes and gemm.attributes["transB"].value
-    )
-    scaled = w * s[None, :] if transposed else w * s[:, None]
+    scaled = w * s[None, :] if _transposed_weight(gemm) else w * s[:, None]
     gemm.replace_input_with(
         1, add_initializer(graph, f"{gemm.name}_{suffix}", scaled.astype(w.dtype))
     )
@@ -209,34 +208,3 @@ class SmoothActivationsPass(ir.passes.InPlacePass):
         for gemm in readers:
             gemm.replace_input_with(0, mul.outputs[0])
         mul.meta[SCALING_MUL] = True
-
-
-def idle_scaling_muls(model: ir.Model, int8: set[str]) -> list[ir.Node]:
-    """The scaling Muls no node of `int8` reads: every GEMM after them stays FP32 (a fallback
-    or kernel timing sent it back after smoothing)."""
-    return [
-        mul
-        for mul in model.graph
-        if mul.meta.get(SCALING_MUL)
-        and not any(user.name in int8 for user, _ in mul.outputs[0].uses())
-    ]
-
-
-class DropIdleScalingPass(ir.passes.InPlacePass):
-    """Folds each idle scaling Mul (`idle_scaling_muls` of the plan's INT8 nodes) back into the
-    weights of the FP32 GEMMs that read it, and removes it: smoothing serves a uint8 scale, and
-    without one the Mul is pure cost."""
-
-    def __init__(self, plan: QuantPlan):
-        super().__init__()
-        self.plan = plan
-
-    def call(self, model: ir.Model) -> ir.passes.PassResult:
-        idle = idle_scaling_muls(model, self.plan.nodes)
-        for mul in idle:
-            inverse = mul.inputs[1].const_value.numpy()
-            for gemm, _ in list(mul.outputs[0].uses()):
-                scale_weight_rows(model.graph, gemm, inverse, "unsmoothed_weight")
-                gemm.replace_input_with(0, mul.inputs[0])
-            model.graph.remove(mul, safe=True)
-        return ir.passes.PassResult(model, modified=bool(idle))
