@@ -2,7 +2,8 @@
 
 cleanup(model)          shape inference, constant folding, BatchNorm folding, decomposed
                         LayerNorm -> LayerNormalization, MatMul+bias -> Gemm, zero Pads into Convs, upsampling into Convs,
-                        Conv3D -> 2D Conv, Reshapes before Transposes, Transpose merging,
+                        Conv3D -> 2D Conv, Reshapes before Transposes, Transpose merging and hoisting
+                        through layout-blind ops,
                         dead nodes
 lower_to_qdq(model, p)  carry out a QuantPlan: absorb Relus, fold smoothing that no INT8 node reads back
                         into the weights, insert Q/DQ pairs, a residual Conv for chosen inputs, widen
@@ -20,6 +21,7 @@ from quantize.passes.fold_conv3d import FoldConv3DPass
 from quantize.passes.fold_pad import FoldPadIntoConvPass
 from quantize.passes.fold_upsample import FoldUpsampleIntoConvPass
 from quantize.passes.fuse_layernorm import FuseLayerNormPass
+from quantize.passes.hoist_transpose import HoistTransposePass
 from quantize.passes.insert_qdq import InsertQDQPass
 from quantize.passes.matmul_to_gemm import MatMulToGemmPass
 from quantize.passes.merge_transposes import MergeTransposesPass
@@ -38,6 +40,7 @@ __all__ = [
     "FoldPadIntoConvPass",
     "FoldUpsampleIntoConvPass",
     "FuseLayerNormPass",
+    "HoistTransposePass",
     "MatMulToGemmPass",
     "InsertQDQPass",
     "MergeTransposesPass",
@@ -70,6 +73,9 @@ def cleanup(model: ir.Model) -> ir.Model:
             common.ShapeInferencePass(),  # moving Reshapes needs the shapes of the folded Convs' outputs
             SplitBeforeTransposePass(),
             MergeTransposesPass(),
+            common.RemoveUnusedNodesPass(),  # a dead reader (the folded upsampling's) pins a value
+            common.ShapeInferencePass(),  # hoisting a Transpose reads the shapes the moves changed
+            HoistTransposePass(),
             common.IdentityEliminationPass(),
             common.RemoveUnusedNodesPass(),
             common.ShapeInferencePass(),

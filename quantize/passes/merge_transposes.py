@@ -2,13 +2,7 @@
 
 import onnx_ir as ir
 
-from quantize.passes.rewrite import FusionPass
-
-
-def _perm(node: ir.Node | None) -> list[int] | None:
-    if node is None or node.op_type != "Transpose" or "perm" not in node.attributes:
-        return None
-    return list(node.attributes["perm"].value)
+from quantize.passes.rewrite import FusionPass, transpose_perm
 
 
 class MergeTransposesPass(FusionPass):
@@ -17,9 +11,9 @@ class MergeTransposesPass(FusionPass):
     Only when the first Transpose's output has no other reader."""
 
     def match(self, outer: ir.Node) -> ir.Node | None:
-        q = _perm(outer)
+        q = transpose_perm(outer)
         inner = outer.inputs[0].producer() if q is not None else None
-        p = _perm(inner)
+        p = transpose_perm(inner)
         return (
             inner
             if p is not None and len(p) == len(q) and len(inner.outputs[0].uses()) == 1
@@ -27,7 +21,7 @@ class MergeTransposesPass(FusionPass):
         )
 
     def rewrite(self, graph: ir.Graph, outer: ir.Node, inner: ir.Node) -> None:
-        p, q = _perm(inner), _perm(outer)
+        p, q = transpose_perm(inner), transpose_perm(outer)
         composed = [p[i] for i in q]
         source, result = inner.inputs[0], outer.outputs[0]
         if composed != list(range(len(composed))):

@@ -16,6 +16,13 @@ def int_list(node: ir.Node, name: str, default: list[int]) -> list[int]:
     return list(node.attributes[name].value) if name in node.attributes else default
 
 
+def transpose_perm(node: ir.Node | None) -> list[int] | None:
+    """The permutation of a Transpose node with an explicit perm; None for any other node."""
+    if node is None or node.op_type != "Transpose" or "perm" not in node.attributes:
+        return None
+    return list(node.attributes["perm"].value)
+
+
 def uses_auto_pad(node: ir.Node) -> bool:
     return "auto_pad" in node.attributes and node.attributes["auto_pad"].value not in ("NOTSET", "")
 
