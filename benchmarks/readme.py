@@ -20,9 +20,8 @@ END = "<!-- results: end -->"
 
 def render() -> str:
     """The generated part of the README's Results section."""
-    resnet50 = [
-        _resnet50(path.stem, _load(path.stem)) for path in sorted(RESULTS.glob("resnet50_*.json"))
-    ]
+    resnet50 = [_resnet50(stem, _load(stem)) for stem in _per_target("resnet50")]
+    zoo = [_zoo(stem, _load(stem)) for stem in _per_target("zoo")]
     return "\n\n".join(
         [
             _targets(_load("targets")),
@@ -31,7 +30,7 @@ def render() -> str:
             _translator_targets(_load("translator_targets")),
             _calogan(_load("calogan")),
             _scale_out(_load("scale_out")),
-            _zoo(_load("zoo")),
+            *zoo,
         ]
     )
 
@@ -46,6 +45,11 @@ def readme_with_results(readme: str) -> str:
 def main() -> None:
     write_text(README, readme_with_results(README.read_text(encoding="utf-8")))
     print(f"wrote the results tables of {README}")
+
+
+def _per_target(name: str) -> list[str]:
+    """The stems of a benchmark's files written one per CPU target (NAME_avx2, NAME_amx...)."""
+    return [path.stem for path in sorted(RESULTS.glob(f"{name}_*.json"))]
 
 
 def _load(name: str) -> dict:
@@ -259,12 +263,12 @@ def _scale_out(d: dict) -> str:
     return title + "\n\n" + _table(header, cells, bold=1)
 
 
-def _zoo(d: dict) -> str:
+def _zoo(stem: str, d: dict) -> str:
     from benchmarks.zoo.run import table
 
     return (
         "**Model zoo: real packaged models, `quantize MODEL --calib DATA` with the CLI's defaults** "
-        f"(`python -m benchmarks.zoo`, `zoo.md`; {_where(d)}; fidelity is the task metric against "
+        f"(`python -m benchmarks.zoo`, `{stem}.md`; {_where(d)}; fidelity is the task metric against "
         "FP32 on held-out inputs, speed at the served batch in the JSON's `bench_shape`):\n\n"
         + table(d["models"])
     )

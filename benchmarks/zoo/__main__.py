@@ -1,11 +1,13 @@
 """`python -m benchmarks.zoo [--only TEXT]`: the zoo (run.py) on every model; writes
-benchmarks/results/zoo.{json,md}. --only prints only."""
+benchmarks/results/zoo_TARGET.{json,md} (TARGET: this CPU's INT8 path, avx2, vnni or amx).
+--only prints only."""
 
 import argparse
 import json
 
 from benchmarks.results import sized, write_results
 from benchmarks.zoo.run import FULL, REDUCED, all_models, run_model, table
+from quantize.target import host_target
 
 TITLE = "# Model zoo: `quantize MODEL --calib DATA` with the CLI's defaults"
 
@@ -22,7 +24,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.only:
         print(table(records))
     else:
-        write_results("zoo", {"models": records}, f"{TITLE}\n\n{table(records)}")
+        write_results(f"zoo_{host_target()}", {"models": records}, f"{TITLE}\n\n{table(records)}")
 
 
 if __name__ == "__main__":
