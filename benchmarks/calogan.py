@@ -33,6 +33,7 @@ from benchmarks.rivals import (
     quark_int8,
     tflite_full_int8,
 )
+from models.calogan import LATENT
 from models.calogan.evaluate import PhysicsEvaluator, bin_energies
 from models.calogan.generate import (
     CALIBRATION_SAMPLES,
@@ -49,7 +50,6 @@ from models.calogan.generate import (
     showers_from,
     trained_generator,
 )
-from models.calogan.network import LATENT
 from physics_metrics import compare
 from physics_metrics.report import max_sf_shift, worst_separation
 from quantize import Recipe, RunOptions, quantize

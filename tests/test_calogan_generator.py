@@ -5,7 +5,8 @@ import keras
 import numpy as np
 import onnx
 
-from models.calogan.network import LATENT, discriminator, generator  # noqa: E402
+from models.calogan import LATENT  # noqa: E402
+from models.calogan.network import discriminator, generator  # noqa: E402
 from quantize import Recipe, RunOptions, quantize  # noqa: E402
 from quantize.frontend.tensorflow import keras_to_onnx  # noqa: E402
 from quantize.runtime import session  # noqa: E402

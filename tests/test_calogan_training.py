@@ -10,9 +10,19 @@ import tensorflow  # noqa: F401  (a required dependency: missing, it fails the s
 from models.calogan.detector import sampling_fraction_fit  # noqa: E402
 from models.calogan.train import TrainRecipe, train  # noqa: E402
 
+TINY = TrainRecipe(showers=16, epochs=1, batch=8)  # 2 steps
+
+
+@pytest.fixture(scope="module")
+def tiny_training(tmp_path_factory):
+    """A folder holding TINY's training, which the tests below only read."""
+    folder = tmp_path_factory.mktemp("tiny_training")
+    train(TINY, out_dir=folder, log=lambda *_: None)
+    return folder
+
 
 def test_training_stops_on_its_budget_and_resumes_from_the_step_reached(tmp_path):
-    recipe = TrainRecipe(showers=64, epochs=1, batch=16)  # 4 steps per epoch
+    recipe = TrainRecipe(showers=24, epochs=1, batch=8)  # 3 steps per epoch
     train(
         recipe, minutes=0, out_dir=tmp_path, log=lambda *_: None
     )  # a spent budget still makes one step
@@ -24,26 +34,25 @@ def test_training_stops_on_its_budget_and_resumes_from_the_step_reached(tmp_path
     first = (tmp_path / "generator.weights.h5").read_bytes()
     train(recipe, out_dir=tmp_path, log=lambda *_: None)
     state = json.loads((tmp_path / "state.json").read_text())
-    assert state["step"] == 4 and [h["step"] for h in state["history"]] == [
+    assert state["step"] == 3 and [h["step"] for h in state["history"]] == [
         1,
-        4,
+        3,
     ]  # saved at the epoch end
     assert (
         tmp_path / "generator.weights.h5"
     ).read_bytes() != first  # the resumed run kept learning
     messages = []
     train(recipe, out_dir=tmp_path, log=messages.append)
-    assert "already trained for 4 steps" in messages[0]
+    assert "already trained for 3 steps" in messages[0]
 
 
-def test_trained_weights_load_into_the_float32_generator(tmp_path):
+def test_trained_weights_load_into_the_float32_generator(tiny_training):
     import keras
 
     from models.calogan.network import generator
 
-    train(TrainRecipe(showers=32, epochs=1, batch=16), out_dir=tmp_path, log=lambda *_: None)
     model = generator()
-    model.load_weights(tmp_path / "generator.weights.h5")
+    model.load_weights(tiny_training / "generator.weights.h5")
     assert keras.config.dtype_policy().name == "float32"  # training's mixed policy did not leak out
     assert all(w.dtype == "float32" for w in model.weights)
     assert np.isfinite(model(np.ones((2, 200), np.float32)).numpy()).all()
@@ -91,16 +100,11 @@ def test_the_generator_is_judged_by_the_discriminator_in_the_mode_it_is_trained_
 
 
 def test_a_cache_is_brought_up_to_the_committed_checkpoint_of_its_recipe_only(
-    tmp_path, monkeypatch
+    tiny_training, tmp_path, monkeypatch
 ):
     from models.calogan.train import training_folder
 
-    recipe, other = (
-        TrainRecipe(showers=32, epochs=1, batch=16),
-        TrainRecipe(showers=64, epochs=1, batch=16),
-    )
-    committed = tmp_path / "committed"
-    train(recipe, out_dir=committed, log=lambda *_: None)
+    recipe, other, committed = TINY, TrainRecipe(showers=32, epochs=1, batch=8), tiny_training
     monkeypatch.setenv("QUANTIZE_CACHE", str(tmp_path / "cache"))
     assert not (training_folder(other, committed) / "state.json").exists()
     folder = training_folder(recipe, committed)

@@ -6,7 +6,7 @@ and rivals is `python -m benchmarks.zoo`."""
 
 import pytest
 
-from benchmarks.zoo.run import REDUCED, all_models, run_model
+from benchmarks.zoo.run import REDUCED, all_models, run_model, table
 
 SUITE = dict(REDUCED, calibration=12)
 
@@ -32,3 +32,14 @@ def test_a_packaged_model_quantizes_with_every_cli_default():
     _check_fidelity_measured(record)
     assert record["kernel_timing"].startswith("measured on this CPU")
     assert "x the FP32 graph's speed" in record["speed_check"]  # measured, whatever it decided
+
+
+def test_the_table_marks_a_model_the_speed_check_kept_fp32_whole():
+    kept = "the INT8 model ran slower than FP32 here (...): the whole model stays FP32"
+    record = {"name": "m", "exporter": "e", "opset": 13, "status": "ok", "fidelity": 1.0}
+    record.update(meets_fidelity=True, fidelity_target="t", int8_over_ort_static=None)
+    rows = [
+        table([dict(record, int8_over_fp32_cleaned=0.94, speed_check=check)]).splitlines()[-1]
+        for check in (kept, "INT8 1.5x the FP32 graph's speed (...): INT8 kept")
+    ]
+    assert "| 0.94x (FP32 kept: same graph) |" in rows[0] and "FP32 kept" not in rows[1]

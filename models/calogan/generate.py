@@ -19,8 +19,8 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from models.calogan import LATENT
 from models.calogan.cell_maps import CellMaps, fit_cell_maps, output_relu
-from models.calogan.network import LATENT, generator
 from models.calogan.train import CELL_SCALE, ENERGY_RANGE_GEV, training_folder
 from onnxio import InputError, save_model, write_text
 from physics_metrics.features import HIT_THRESHOLD_GEV
@@ -34,6 +34,8 @@ CALIBRATION_SAMPLES = 256
 def trained_generator():
     """(Keras generator, description): the cached training if there is one, else seeded random weights."""
     import keras
+
+    from models.calogan.network import generator
 
     keras.utils.set_random_seed(0)
     model = generator()

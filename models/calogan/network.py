@@ -9,7 +9,7 @@ mixed bfloat16 sums 15,625 cells and takes losses at full precision.
 import keras
 from keras import layers
 
-LATENT = 200
+from models.calogan import LATENT
 
 
 def generator() -> keras.Model:

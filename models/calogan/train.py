@@ -27,8 +27,8 @@ from pathlib import Path
 
 import numpy as np
 
+from models.calogan import LATENT
 from models.calogan.detector import sampling_fraction_fit
-from models.calogan.network import LATENT, discriminator, generator
 from models.calogan.showers import write_showers
 from onnxio import write_text
 from physics_metrics.showerfile import open_showers
@@ -121,6 +121,8 @@ def _train_steps(
 ) -> None:
     import keras
     import tensorflow as tf
+
+    from models.calogan.network import discriminator, generator
 
     keras.utils.set_random_seed(recipe.seed + state["step"])
     gen, disc = generator(), discriminator()
