@@ -42,6 +42,7 @@ from quantize.validate import layer_sqnr, output_sqnr
 
 __version__ = "0.1.0"
 PREPROCESS_KEY = "quantize.preprocess"
+WHOLE_FP32 = "the whole model stays FP32"  # the speed check's verdict, as its reason ends
 
 
 @dataclass(frozen=True)
@@ -205,7 +206,7 @@ def keep_fp32_if_slower(result: QuantizeResult, seconds: float = 2.0) -> Quantiz
     )
     if int8_ms - fp32_ms < kernel_timing.MIN_GAIN_MS:
         return replace(result, speed_check=f"{measured}: INT8 kept")
-    reason = f"the INT8 model ran slower than FP32 here ({measured}): the whole model stays FP32"
+    reason = f"the INT8 model ran slower than FP32 here ({measured}): {WHOLE_FP32}"
     int8_nodes = [d.name for d in result.decisions if d.precision == "int8"]
     return replace(keep_fp32(result, dict.fromkeys(int8_nodes, reason)), speed_check=reason)
 

@@ -18,7 +18,7 @@ from benchmarks.rivals import nncf_int8, ort_quantize_dynamic, ort_quantize_stat
 from benchmarks.zoo import minilm, ppocr, yolo
 from benchmarks.zoo.zoo_model import ZooModel
 from quantize.bench import compare
-from quantize.pipeline import cleaned_fp32
+from quantize.pipeline import WHOLE_FP32, cleaned_fp32
 from quantize.runtime import OpenVINOSession, session
 
 FULL = {"calibration": 256, "evaluation": 120, "seconds": 8.0}
@@ -186,7 +186,7 @@ def table(records: list[dict]) -> str:
 
     def over_fp32_cleaned(r):
         # the speed check's whole-FP32 model is the cleaned graph itself: its ratio is timing noise
-        kept = "whole model stays FP32" in r.get("speed_check", "")
+        kept = WHOLE_FP32 in r.get("speed_check", "")
         return ratio(r["int8_over_fp32_cleaned"]) + (" (FP32 kept: same graph)" if kept else "")
 
     def fidelity(r):
