@@ -29,7 +29,7 @@ def test_report_has_the_physics_section_with_a_rival_beside_ours(tmp_path):
     result = quantize(
         tmp_path / "g.onnx",
         tmp_path / "latents.npy",
-        Recipe.generator(ir.from_proto(fp32)),
+        Recipe.generator(ir.from_proto(fp32), kernel_timing=False),
         RunOptions(calib_samples=64),
     )
     halved = onnx_source(fp32)
@@ -91,7 +91,11 @@ def generator_and_int8(tmp_path_factory):
     onnx.save(fp32, path)
     z = latents(np.random.default_rng(0).uniform(50, 100, 256), seed=1)
     batches = [{"latent": z[i : i + 64]} for i in range(0, len(z), 64)]
-    return fp32, quantize(path, batches, Recipe.generator(ir.from_proto(fp32))).model, z
+    return (
+        fp32,
+        quantize(path, batches, Recipe.generator(ir.from_proto(fp32), kernel_timing=False)).model,
+        z,
+    )
 
 
 def test_the_cell_correction_restores_fp32s_energy_from_an_excess_or_a_deficit_and_the_graph_computes_its_numpy_twin(

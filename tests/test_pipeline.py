@@ -101,7 +101,9 @@ def test_ops_ort_cannot_run_in_int8_are_left_in_fp32_not_wrapped(tmp_path, calib
 
 def test_old_opsets_are_raised_to_13_and_stay_valid(tmp_path, calib_npz):
     onnx.save(conv_net(opset=11), str(tmp_path / "old.onnx"))
-    result = quantize(tmp_path / "old.onnx", calib_npz, Recipe(), RunOptions(calib_samples=50))
+    result = quantize(
+        tmp_path / "old.onnx", calib_npz, Recipe(kernel_timing=False), RunOptions(calib_samples=50)
+    )
     onnx.checker.check_model(result.model)
     assert next(o.version for o in result.model.opset_import if o.domain == "") >= 13
     x = images(3)
@@ -113,7 +115,9 @@ def test_opset_10_model_is_upgraded(tmp_path, calib_npz):
     model = conv_net(opset=11)
     model.opset_import[0].version = 10
     onnx.save(model, str(tmp_path / "v10.onnx"))
-    result = quantize(tmp_path / "v10.onnx", calib_npz, Recipe(), RunOptions(calib_samples=50))
+    result = quantize(
+        tmp_path / "v10.onnx", calib_npz, Recipe(kernel_timing=False), RunOptions(calib_samples=50)
+    )
     assert next(o.version for o in result.model.opset_import if o.domain == "") >= 13
 
 
@@ -123,7 +127,10 @@ def test_a_fixed_batch_dimension_is_respected(tmp_path):
     onnx.save(model, str(tmp_path / "fixed.onnx"))
     np.save(tmp_path / "c.npy", images(30))
     result = quantize(
-        tmp_path / "fixed.onnx", tmp_path / "c.npy", Recipe(), RunOptions(calib_samples=100)
+        tmp_path / "fixed.onnx",
+        tmp_path / "c.npy",
+        Recipe(kernel_timing=False),
+        RunOptions(calib_samples=100),
     )
     assert result.calibration_samples == 24 and result.sqnr_samples == "4 held-out samples"
     assert min(result.output_sqnr_db.values()) > 20
