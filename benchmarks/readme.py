@@ -22,6 +22,7 @@ def render() -> str:
     """The generated part of the README's Results section."""
     resnet50 = [_resnet50(stem, _load(stem)) for stem in _per_target("resnet50")]
     zoo = [_zoo(stem, _load(stem)) for stem in _per_target("zoo")]
+    weights = [_weight_formats(stem, _load(stem)) for stem in _per_target("weight_formats")]
     return "\n\n".join(
         [
             _targets(_load("targets")),
@@ -31,6 +32,7 @@ def render() -> str:
             _calogan(_load("calogan")),
             _scale_out(_load("scale_out")),
             *zoo,
+            *weights,
         ]
     )
 
@@ -271,6 +273,17 @@ def _zoo(stem: str, d: dict) -> str:
         f"(`python -m benchmarks.zoo`, `{stem}.md`; {_where(d)}; fidelity is the task metric against "
         "FP32 on held-out inputs, speed at the served batch in the JSON's `bench_shape`):\n\n"
         + table(d["models"])
+    )
+
+
+def _weight_formats(stem: str, d: dict) -> str:
+    from benchmarks.weight_formats import table
+
+    return (
+        "**Weight formats on the zoo** (`python -m benchmarks.weight_formats`, "
+        f"`{stem}.md`; {_where(d)}; one calibration per model, kernel timing off, each format this "
+        "CPU runs exactly; output SQNR on held-out calibration samples, fidelity and speed as "
+        "in the zoo):\n\n" + table(d["models"])
     )
 
 

@@ -10,6 +10,7 @@ from onnxio import InputError
 from quantize.fallback import fall_back
 from quantize.pipeline import QuantizeResult, keep_fp32_if_slower, quantize
 from quantize.recipe import NodeOverrides, Recipe, RunOptions, SmoothQuant
+from quantize.weight_choice import choose_weights
 
 __all__ = [
     "Entropy",
@@ -22,6 +23,7 @@ __all__ = [
     "Recipe",
     "RunOptions",
     "SmoothQuant",
+    "choose_weights",
     "fall_back",
     "keep_fp32_if_slower",
     "quantize",

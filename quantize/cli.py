@@ -5,6 +5,7 @@ import json
 import sys
 import warnings
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 from calibration import METHODS, ImagePreprocess, Percentile
@@ -12,7 +13,7 @@ from onnxio import InputError, save_model
 from quantize.frontend import load_model
 from quantize.recipe import PRESETS, Recipe, RunOptions, preset, preset_for
 from quantize.runtime import RUNTIMES, openvino
-from quantize.target import TARGETS, host_target
+from quantize.target import TARGETS, WEIGHT_FORMATS, host_target, saturates
 from quantize.validate import OUTPUT_FLOOR_DB
 
 
@@ -86,8 +87,15 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--target",
         choices=["auto", *TARGETS],
-        help="the CPU's INT8 path to make the model for: avx2 (also AVX-512 without VNNI; int8 weights kept within "
-        "+-64 so the saturating kernels stay exact), vnni, amx; auto = this machine (default: the recipe's, auto)",
+        help="the CPU's INT8 path to make the model for: avx2 (also AVX-512 without VNNI, whose kernels saturate "
+        "on full-range int8 weights), vnni, amx; auto = this machine (default: the recipe's, auto)",
+    )
+    p.add_argument(
+        "--weights",
+        choices=["auto", *WEIGHT_FORMATS],
+        help="weight format: int8 (full range; vnni and amx), int7 (int8 within +-64: exact and fast on avx2), "
+        "uint8 (all 8 bits, exact everywhere, ONNX Runtime's slower U8U8 kernels); auto = int8 for vnni and amx, "
+        "and for avx2 int7, or uint8 where int7 misses the accuracy goal (default: the recipe's, auto)",
     )
     p.add_argument(
         "--keep-low-fidelity",
@@ -173,6 +181,7 @@ def run(args: argparse.Namespace) -> int:
     _check_outputs(args, output)
     try:
         recipe, source = _recipe(args)
+        recipe.resolved()  # a format the target would saturate on: one line now
         options = RunOptions(
             calib_samples=args.calib_samples, batch_size=args.batch_size, threads=args.threads
         )
@@ -193,11 +202,19 @@ def run(args: argparse.Namespace) -> int:
 
     with _progress() as advance:
         result = quantize(args.model, args.calib, recipe, options, _image_preprocess(args), advance)
-    if args.max_drop is not None:
-        result = _within_drop(result, evaluator, args.max_drop)
-    elif not args.keep_low_fidelity and min(result.output_sqnr_db.values()) < OUTPUT_FLOOR_DB:
-        result = _to_fidelity_floor(result)
-    result = _faster_than_fp32(result)
+    goal = _accuracy_goal(args, evaluator)
+    if recipe.weights == "auto" and saturates(result.recipe.target):
+        from quantize.weight_choice import choose_weights
+
+        found = choose_weights(result, goal)
+        print(
+            f"quantize: {found.result.recipe.weights} weights: {found.result.weight_choice}",
+            file=sys.stderr,
+        )
+    else:
+        found = goal(result)
+    _say_what_fell_back(found, args, evaluator)
+    result = _faster_than_fp32(found.result)
     save_model(result.model, output)
     summary = report.summarize(result)
     summary["output"], summary["preset"] = str(output), source
@@ -235,6 +252,8 @@ def _recipe(args: argparse.Namespace) -> tuple[Recipe, str]:
         )
     if args.target is not None:
         changes["target"] = args.target
+    if args.weights is not None:
+        changes["weights"] = args.weights
     if args.no_kernel_timing:
         changes["kernel_timing"] = False
     if args.runtime is not None:
@@ -249,17 +268,37 @@ def _carried_recipe(path: Path) -> Recipe:
         raise InputError(path, str(exc)) from None
 
 
-def _to_fidelity_floor(result):
-    from quantize.fallback import to_fidelity_floor
+def _accuracy_goal(args: argparse.Namespace, evaluator):
+    """A result -> the Fallback that brings it to the goal: the metric within --max-drop of
+    FP32's, or else the output SQNR floor (only measured with --keep-low-fidelity)."""
+    from quantize.fallback import fall_back, to_fidelity_floor
 
-    found = to_fidelity_floor(result)
-    print(
-        f"quantize: output SQNR {found.score_before:.1f} dB was below the {OUTPUT_FLOOR_DB:g} dB floor: "
-        f"{len(found.fp32_nodes)} node(s) back to FP32 ({', '.join(found.fp32_nodes) or 'none helped'}), "
-        f"now {found.score_after:.1f} dB",
-        file=sys.stderr,
-    )
-    return found.result
+    if args.max_drop is None:
+        return partial(to_fidelity_floor, max_nodes=0 if args.keep_low_fidelity else 8)
+    sign = 1 if evaluator.higher_is_better else -1
+
+    def within_drop(result):
+        score = lambda model: sign * evaluator.evaluate(model)  # noqa: E731
+        return fall_back(result, score, score(result.fp32_model) - args.max_drop)
+
+    return within_drop
+
+
+def _say_what_fell_back(found, args: argparse.Namespace, evaluator) -> None:
+    if args.max_drop is not None:
+        if not found.met:
+            print(
+                f"quantize: warning: {evaluator.metric} still drops by more than {args.max_drop} with "
+                f"{len(found.fp32_nodes)} nodes back in FP32; writing the best model found",
+                file=sys.stderr,
+            )
+    elif found.score_before < found.target and not args.keep_low_fidelity:
+        print(
+            f"quantize: output SQNR {found.score_before:.1f} dB was below the {OUTPUT_FLOOR_DB:g} dB floor: "
+            f"{len(found.fp32_nodes)} node(s) back to FP32 ({', '.join(found.fp32_nodes) or 'none helped'}), "
+            f"now {found.score_after:.1f} dB",
+            file=sys.stderr,
+        )
 
 
 def _faster_than_fp32(result):
@@ -269,24 +308,6 @@ def _faster_than_fp32(result):
     if checked.model is not result.model:
         print(f"quantize: warning: {checked.speed_check}", file=sys.stderr)
     return checked
-
-
-def _within_drop(result, evaluator, max_drop: float):
-    from quantize.fallback import fall_back
-
-    sign = 1 if evaluator.higher_is_better else -1
-    found = fall_back(
-        result,
-        lambda model: sign * evaluator.evaluate(model),
-        sign * evaluator.evaluate(result.fp32_model) - max_drop,
-    )
-    if not found.met:
-        print(
-            f"quantize: warning: {evaluator.metric} still drops by more than {max_drop} with {len(found.fp32_nodes)} nodes "
-            "back in FP32; writing the best model found",
-            file=sys.stderr,
-        )
-    return found.result
 
 
 def _default_output(model: Path) -> Path:
@@ -367,6 +388,8 @@ def _print_summary(s: dict, report_path: Path | None) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from quantize.report import weights_text
+
     console = Console()
     ops = Table(title="Ops by precision")
     for column in ("op type", "INT8", "FP32"):
@@ -381,6 +404,7 @@ def _print_summary(s: dict, report_path: Path | None) -> None:
     facts.add_row("size", f"{size['fp32'] / 1e6:.2f} MB -> {size['int8'] / 1e6:.2f} MB")
     recipe = s["recipe"]
     facts.add_row("target", f"{recipe['target']} (this CPU: {host_target()})")
+    facts.add_row("weights", weights_text(s["weights"]))
     facts.add_row("kernel timing", s["kernel_timing"])
     facts.add_row("speed check", s["speed_check"])
     facts.add_row(

@@ -81,7 +81,11 @@ def fall_back(
 def to_fidelity_floor(result: QuantizeResult, max_nodes: int = 8) -> Fallback:
     """Nodes back to FP32 until the worst output's SQNR on the held-out samples reaches the floor,
     each for at least `FLOOR_STEP_DB`; the one-node trials are ranked on the first
-    `TRIAL_SAMPLES` of them (a 640x640 text detector has 62 Convs, each a trial)."""
+    `TRIAL_SAMPLES` of them (a 640x640 text detector has 62 Convs, each a trial). With
+    `max_nodes=0`, only what the result measured."""
+    before = min(result.output_sqnr_db.values())
+    if before >= OUTPUT_FLOOR_DB or max_nodes == 0:
+        return Fallback(result, OUTPUT_FLOOR_DB, before, before, [], {})
     held_out, threads = result.held_out, result.options.threads
     trial_batches = [first_samples(result.fp32_model, held_out[0], TRIAL_SAMPLES)]
 

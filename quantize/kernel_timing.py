@@ -26,6 +26,7 @@ from onnxio import ObservingSession
 from quantize import bench
 from quantize.passes.insert_qdq import weight_channel_axis
 from quantize.qparams import quantize_bias, quantize_weight
+from quantize.target import WeightFormat
 
 TIMED_OPS = {"Conv", "Gemm", "MatMul"}
 MARGIN = 0.10  # FP32 must be this much faster (relative) to win ...
@@ -39,7 +40,7 @@ def slower_in_int8(
     graph: ir.Model,
     nodes: set[str],
     feeds: dict[str, np.ndarray],
-    weight_qmax: int,
+    weights: WeightFormat,
     target: str,
     threads: int = 0,
 ) -> dict[str, str]:
@@ -60,18 +61,18 @@ def slower_in_int8(
         shape = shapes[node.inputs[0].name]
         key = _signature(node, shape)
         if key not in verdicts:
-            verdicts[key] = _verdict(node, shape, weight_qmax, target, threads)
+            verdicts[key] = _verdict(node, shape, weights, target, threads)
         if verdicts[key] is not None:
             slower[node.name] = verdicts[key]
     return slower
 
 
 def _verdict(
-    node: ir.Node, shape: tuple[int, ...], weight_qmax: int, target: str, threads: int
+    node: ir.Node, shape: tuple[int, ...], weights: WeightFormat, target: str, threads: int
 ) -> str | None:
     x = np.random.default_rng(0).integers(0, 256, shape, dtype=np.uint8)
     models = {
-        precision: _one_node_model(node, shape, precision, weight_qmax)
+        precision: _one_node_model(node, shape, precision, weights)
         for precision in ("int8", "fp32")
     }
     for seconds, rounds, min_block in MEASUREMENTS:
@@ -83,10 +84,10 @@ def _verdict(
 
 
 def _one_node_model(
-    node: ir.Node, shape: tuple[int, ...], precision: str, weight_qmax: int
+    node: ir.Node, shape: tuple[int, ...], precision: str, weights: WeightFormat
 ) -> onnx.ModelProto:
     """uint8 x -> DequantizeLinear -> the node -> QuantizeLinear -> uint8 y. In INT8 its weight
-    and bias are int8/int32 behind DequantizeLinears (ORT fuses it into its integer kernel); in
+    and bias are in the weight format and int32 behind DequantizeLinears (ORT fuses it into its integer kernel); in
     FP32 they are float and x's DequantizeLinear is per channel, as InsertQDQPass writes it for
     an FP32 node, so that ORT does not quantize the weight itself."""
     weight = node.inputs[1].const_value.numpy()
@@ -105,8 +106,8 @@ def _one_node_model(
             arrays["b"] = bias
     else:
         axis = weight_channel_axis(node, weight)
-        q, scale = quantize_weight(weight, axis, weight_qmax)
-        arrays.update(w_q=q, w_scale=scale, w_zero=np.zeros_like(scale, np.int8))
+        q, scale, zero_point = quantize_weight(weight, axis, weights)
+        arrays.update(w_q=q, w_scale=scale, w_zero=zero_point)
         nodes = [
             helper.make_node("DequantizeLinear", ["x", "one", "mid"], ["x_float"]),
             helper.make_node(

@@ -37,7 +37,7 @@ from quantize.policy import (
 )
 from quantize.recipe import RECIPE_KEY, Recipe, RunOptions
 from quantize.runtime import session
-from quantize.target import TARGET_KEY, host_target, resolve, weight_qmax
+from quantize.target import TARGET_KEY, WEIGHT_FORMATS, WEIGHTS_KEY, host_target
 from quantize.validate import layer_sqnr, output_sqnr
 
 __version__ = "0.1.0"
@@ -63,7 +63,7 @@ class Calibration:
 class QuantizeResult:
     model: onnx.ModelProto
     fp32_model: onnx.ModelProto
-    recipe: Recipe  # with its target resolved
+    recipe: Recipe  # with its target and weight format resolved
     options: RunOptions
     decisions: list[NodeDecision]
     kernels: dict
@@ -75,6 +75,7 @@ class QuantizeResult:
     held_out: list[dict] = field(repr=False)
     calibration: Calibration = field(repr=False)
     speed_check: str = "not measured"  # what keep_fp32_if_slower measured and did
+    weight_choice: str = ""  # why choose_weights took the recipe's weight format, if it chose
 
 
 def quantize(
@@ -111,7 +112,7 @@ def quantize(
         >>> result = quantize("model.onnx", "calib.npz", Recipe(ranges=Entropy()))
         >>> onnxio.save_model(result.model, "model.int8.onnx")
     """
-    recipe = replace(recipe, target=resolve(recipe.target))
+    recipe = recipe.resolved()
     original = load_model(model_path)
     _check_float32(original, model_path)
     graph = passes.cleanup(original.clone())
@@ -193,12 +194,13 @@ def keep_fp32_if_slower(result: QuantizeResult, seconds: float = 2.0) -> Quantiz
     whole small model pays for its Q/DQ conversions; a user must never get an INT8 model slower
     than FP32. Slower means by at least `kernel_timing.MIN_GAIN_MS` a batch (kernel timing's
     noise floor), in two measurements; only for this machine's own target, with timing on."""
-    if not result.recipe.kernel_timing or result.recipe.target != host_target():
+    if not timed_here(result):
         return replace(result, speed_check="not measured: not this CPU's target, or timing off")
     feeds = result.held_out[0]
-    fp32_ms, int8_ms = _latencies_ms(result, feeds, seconds)
+    models = {"fp32": result.fp32_model, "int8": result.model}
+    fp32_ms, int8_ms = latencies_ms(result, models, seconds).values()
     if int8_ms - fp32_ms >= kernel_timing.MIN_GAIN_MS:
-        fp32_ms, int8_ms = _latencies_ms(result, feeds, 2 * seconds)
+        fp32_ms, int8_ms = latencies_ms(result, models, 2 * seconds).values()
     measured = (
         f"INT8 {fp32_ms / int8_ms:.2f}x the FP32 graph's speed "
         f"({int8_ms:.2f} ms vs {fp32_ms:.2f} ms a batch of {_rows(feeds)}) on {result.recipe.target}"
@@ -211,18 +213,43 @@ def keep_fp32_if_slower(result: QuantizeResult, seconds: float = 2.0) -> Quantiz
     return replace(keep_fp32(result, dict.fromkeys(int8_nodes, reason)), speed_check=reason)
 
 
-def _latencies_ms(result: QuantizeResult, feeds: dict, seconds: float) -> tuple[float, float]:
-    """Median ms a batch of the FP32 and the INT8 model, timed in interleaved rounds."""
+def timed_here(result: QuantizeResult) -> bool:
+    """May `result`'s models be timed to decide for it: made for this CPU, with timing on."""
+    return result.recipe.kernel_timing and result.recipe.target == host_target()
+
+
+def latencies_ms(
+    result: QuantizeResult, models: dict[str, onnx.ModelProto], seconds: float
+) -> dict[str, float]:
+    """Median ms a batch (the first held-out one) of each model, in `models`' order, timed in
+    interleaved rounds in the recipe's runtime."""
     speed = bench.compare_sessions(
-        {"fp32": result.fp32_model, "int8": result.model},
-        feeds,
+        models,
+        result.held_out[0],
         result.options.threads,
         min_seconds=seconds,
         rounds=3,
         min_block=1,
         runtime=result.recipe.runtime,
     )
-    return speed["fp32"]["latency_ms_p50"], speed["int8"]["latency_ms_p50"]
+    return {name: speed[name]["latency_ms_p50"] for name in models}
+
+
+def with_weights(result: QuantizeResult, weights: str) -> QuantizeResult:
+    """The same calibration lowered again with another weight format, the same nodes in FP32."""
+    fp32 = {
+        d.name: d.reason
+        for d in result.decisions
+        if d.precision == "fp32" and d.name in result.calibration.selection.int8
+    }
+    return _lower(
+        result.calibration,
+        replace(result.recipe, weights=weights),
+        result.options,
+        result.held_out,
+        result.sqnr_samples,
+        fp32,
+    )
 
 
 def _rows(feeds: dict) -> int:
@@ -310,7 +337,7 @@ def _slower_in_int8(
     ):
         return {}
     return kernel_timing.slower_in_int8(
-        clean, graph, nodes, feeds, weight_qmax(recipe.target), recipe.target, threads
+        clean, graph, nodes, feeds, WEIGHT_FORMATS[recipe.weights], recipe.target, threads
     )
 
 
@@ -498,6 +525,7 @@ def _stamp(int8: onnx.ModelProto, original: ir.Model, recipe: Recipe) -> None:
     kept = dict(original.metadata_props)
     kept[RECIPE_KEY] = json.dumps(recipe.to_dict())
     kept[TARGET_KEY] = recipe.target
+    kept[WEIGHTS_KEY] = recipe.weights
     kept["quantize.version"] = __version__
     del int8.metadata_props[:]
     for key, value in kept.items():

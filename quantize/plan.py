@@ -11,14 +11,14 @@ import onnx_ir as ir
 from calibration import StreamingHistogram, choose_range
 from quantize.policy import ABSORBABLE_ACTIVATIONS, FLOAT_OUTPUT_FUSIONS, RULES
 from quantize.recipe import Recipe
-from quantize.target import weight_qmax
+from quantize.target import WEIGHT_FORMATS, WeightFormat
 
 
 @dataclass
 class QuantPlan:
     nodes: set[str]
     ranges: dict[str, tuple[float, float]]
-    weight_qmax: int  # the target's int8 weight range (quantize/target.py)
+    weights: WeightFormat  # the recipe's (quantize/target.py)
     absorbed: dict[str, str] = field(
         default_factory=dict
     )  # Relu node -> tensor whose uint8 clamp replaces it
@@ -33,7 +33,7 @@ class QuantPlan:
 def make_plan(
     model: ir.Model, nodes: set[str], histograms: dict[str, StreamingHistogram], recipe: Recipe
 ) -> QuantPlan:
-    """The plan for `nodes` under `recipe` (whose target must be resolved, not "auto")."""
+    """The plan for `nodes` under `recipe` (resolved: no "auto" in it)."""
     ranges = {
         name: choose_range(h, recipe.ranges)
         for name, h in histograms.items()
@@ -42,7 +42,7 @@ def make_plan(
     plan = QuantPlan(
         set(nodes),
         ranges,
-        weight_qmax(recipe.target),
+        WEIGHT_FORMATS[recipe.weights],
         wide=set(recipe.overrides.wide_outputs) & set(nodes),
         residual=set(recipe.overrides.residual_inputs) & set(nodes),
     )

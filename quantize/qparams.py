@@ -1,11 +1,14 @@
-"""INT8 arithmetic: affine uint8 activations, symmetric int8 weights, int32 biases.
+"""INT8 arithmetic: affine uint8 activations, symmetric weights, int32 biases.
 
 This is the U8S8 scheme of ONNX Runtime's fast x86 kernels (MLAS): uint8 activations with a
-zero point, int8 weights with zero point 0, int32 bias at scale s_activation * s_weight. How wide
-the weights may be depends on the target's kernels (`quantize.target.weight_qmax`).
+zero point, int8 weights with zero point 0, int32 bias at scale s_activation * s_weight; or its
+U8U8 scheme, with uint8 weights around a zero point of 128. Which, and how wide the weights may
+be, is the weight format (`quantize.target.WEIGHT_FORMATS`).
 """
 
 import numpy as np
+
+from quantize.target import WeightFormat
 
 QMIN_U8, QMAX_U8 = 0, 255
 INT32_MAX = np.iinfo(np.int32).max
@@ -24,10 +27,12 @@ def activation_qparams(lo: float, hi: float) -> tuple[np.float32, np.uint8]:
 
 
 def quantize_weight(
-    weight: np.ndarray, axis: int | None, qmax: int, min_scale: np.ndarray | float = 0.0
-) -> tuple[np.ndarray, np.ndarray]:
-    """int8 weights in [-qmax, qmax] (symmetric: the negated range is representable too) and
-    float32 scales of at least `min_scale`, per channel along `axis` (or one scale if None)."""
+    weight: np.ndarray, axis: int | None, fmt: WeightFormat, min_scale: np.ndarray | float = 0.0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Weights in the format `fmt`, zero point +- qmax (symmetric: the negated range is
+    representable too), with float32 scales of at least `min_scale` and their zero points, per
+    channel along `axis` (or one scale if None)."""
+    qmax = fmt.qmax
     if axis is None:
         peak = np.abs(weight).max(keepdims=True).reshape(())
     else:
@@ -39,8 +44,8 @@ def quantize_weight(
         if axis is None
         else scale.reshape([-1 if i == axis else 1 for i in range(weight.ndim)])
     )
-    q = np.clip(np.round(weight / shaped), -qmax, qmax).astype(np.int8)
-    return q, scale
+    q = np.clip(np.round(weight / shaped), -qmax, qmax) + fmt.zero_point
+    return q.astype(fmt.dtype), scale, np.full(scale.shape, fmt.zero_point, fmt.dtype)
 
 
 def bias_weight_scale_floor(bias: np.ndarray, input_scale: np.float32) -> np.ndarray:

@@ -9,7 +9,7 @@ long quantization takes, not the model it makes.
 """
 
 import json
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 
 import onnx
 import onnx_ir as ir
@@ -17,7 +17,7 @@ import onnx_ir as ir
 from calibration import Percentile, RangeMethod, method_from_dict, method_to_dict
 from quantize.policy import TRANSFORMER_FP32_OPS
 from quantize.runtime import RUNTIMES
-from quantize.target import TARGETS
+from quantize.target import TARGETS, check_weights, default_weights, resolve
 
 RECIPE_VERSION = 1
 RECIPE_KEY = "quantize.recipe"
@@ -55,6 +55,9 @@ class Recipe:
     target: str = (
         "auto"  # the CPU's INT8 path the model is made for: auto (this machine) | avx2 | vnni | amx
     )
+    # auto | int8 | int7 | uint8 (quantize/target.py); auto: int8 for vnni and amx, and for avx2
+    # int7, or uint8 where int7 misses the accuracy goal (quantize/weight_choice.py)
+    weights: str = "auto"
     activation_matmuls: bool = True  # also MatMuls of two activations (attention scores, context)
     kernel_timing: bool = True  # on this machine's target, keep FP32 the Convs/GEMMs whose INT8 kernel measures slower
     overrides: NodeOverrides = NodeOverrides()
@@ -65,8 +68,18 @@ class Recipe:
             raise ValueError(
                 f"unknown target {self.target!r}; choose from auto, {', '.join(TARGETS)}"
             )
+        if self.weights != "auto":
+            check_weights(self.weights, "vnni" if self.target == "auto" else self.target)
         if self.runtime not in RUNTIMES:
             raise ValueError(f"unknown runtime {self.runtime!r}; choose from {', '.join(RUNTIMES)}")
+
+    def resolved(self) -> "Recipe":
+        """The target and weight format named: `auto` is this machine's target and that
+        target's first weight format; ValueError if the weights would saturate there."""
+        target = resolve(self.target)
+        weights = default_weights(target) if self.weights == "auto" else self.weights
+        check_weights(weights, target)
+        return replace(self, target=target, weights=weights)
 
     @classmethod
     def cnn(cls, **changes) -> "Recipe":
@@ -112,6 +125,7 @@ class Recipe:
             "ranges": method_to_dict(self.ranges),
             "smoothing": None if self.smoothing is None else asdict(self.smoothing),
             "target": self.target,
+            "weights": self.weights,
             "activation_matmuls": self.activation_matmuls,
             "kernel_timing": self.kernel_timing,
             "overrides": {k: list(v) for k, v in asdict(self.overrides).items()},

@@ -38,11 +38,17 @@ def summarize(result: QuantizeResult) -> dict:
         },
         "kernel_timing": _kernel_timing(result.recipe),
         "speed_check": result.speed_check,
+        "weights": {"format": result.recipe.weights, "choice": result.weight_choice},
         "fidelity": fidelity(result.output_sqnr_db, result.layer_sqnr_db),
         "output_sqnr_db": result.output_sqnr_db,
         "sqnr_samples": result.sqnr_samples,
         "layer_sqnr_db": result.layer_sqnr_db,
     }
+
+
+def weights_text(weights: dict) -> str:
+    """The summary's weight format, and why it was chosen if it was."""
+    return weights["format"] + (f": {weights['choice']}" if weights["choice"] else "")
 
 
 def fidelity(output_sqnr_db: dict[str, float], layer_sqnr_db: dict[str, float]) -> dict:
@@ -142,6 +148,7 @@ def _html(r: dict) -> str:
         rows.append(
             f"<tr><th>output SQNR {e(name)}</th><td colspan=3>{db:.1f} dB ({e(r['sqnr_samples'])})</td></tr>"
         )
+    rows.append(f"<tr><th>weights</th><td colspan=3>{e(weights_text(r['weights']))}</td></tr>")
     rows.append(f"<tr><th>speed check</th><td colspan=3>{e(r['speed_check'])}</td></tr>")
     coverage = "".join(
         f"<tr><td>{e(op)}</td><td>{c['int8']}</td><td>{c['fp32']}</td></tr>"

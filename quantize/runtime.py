@@ -11,7 +11,14 @@ import onnx
 import onnxruntime as ort
 
 from onnxio import cpu_session, save_model
-from quantize.target import EXACT_U8U8_OPTION, TARGET_KEY, host_target, saturates
+from quantize.target import (
+    EXACT_U8U8_OPTION,
+    TARGET_KEY,
+    WEIGHTS_KEY,
+    default_weights,
+    host_target,
+    saturated_by,
+)
 
 
 class TargetMismatchWarning(UserWarning):
@@ -26,17 +33,21 @@ def session(
 ) -> ort.InferenceSession:
     """A CPU session with all graph optimisations, for a model in memory or on disk.
 
-    By default (`exact_kernels=None`) a model quantize made for a VNNI or AMX CPU, run on one
-    whose U8S8 kernels saturate, gets ORT's exact U8U8 kernels instead (slower), with a
-    TargetMismatchWarning naming both; True asks for the U8U8 kernels, False for ORT's default.
+    By default (`exact_kernels=None`) a model quantize made with full-range int8 weights (for a
+    VNNI or AMX CPU), run on one whose U8S8 kernels saturate, gets ORT's exact U8U8 kernels
+    instead (slower), with a TargetMismatchWarning naming both; True asks for the U8U8 kernels,
+    False for ORT's default.
     """
     if exact_kernels is not None:
         return cpu_session(
             model, threads, optimized_path, {EXACT_U8U8_OPTION: "1"} if exact_kernels else None
         )
     sess = cpu_session(model, threads, optimized_path)
-    made_for = sess.get_modelmeta().custom_metadata_map.get(TARGET_KEY)
-    if made_for is None or not saturates(host_target()) or saturates(made_for):
+    stamped = sess.get_modelmeta().custom_metadata_map
+    made_for = stamped.get(TARGET_KEY)
+    if made_for is None or not saturated_by(
+        stamped.get(WEIGHTS_KEY, default_weights(made_for)), host_target()
+    ):
         return sess
     warnings.warn(
         f"this model was quantized for {made_for} (full-range int8 weights), but this CPU's INT8 path is "

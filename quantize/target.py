@@ -8,9 +8,16 @@ MLAS, ORT's kernel library, reads CPUID once at start-up and picks its U8S8 GEMM
            *saturating int16*; 255 * 127 * 2 = 64770 overflows, so full-range int8 weights
            silently lose accuracy
 
-A model for the `avx2` target keeps its int8 weights within [-64, 64]: 255 * 64 * 2 = 32640
-fits, so every x86 kernel computes it exactly (ORT's own weight conversion for AVX2 treats the
-same range as safe). `vnni` and `amx` models use the full [-127, 127].
+Weights come in three formats (`WEIGHT_FORMATS`):
+
+    int8   int8 in [-127, 127]: U8S8 kernels, exact on vnni and amx, saturating on avx2
+    int7   int8 in [-64, 64]: 255 * 64 * 2 = 32640 fits an int16, so every x86 U8S8 kernel is
+           exact (ORT's own weight conversion for AVX2 treats the same range as safe)
+    uint8  uint8 in 128 +- 127: ORT runs them with its U8U8 kernels, which widen to int16 before
+           multiplying: all 8 bits, exact on every CPU, slower than U8S8
+
+`vnni` and `amx` models use int8. An `avx2` model uses int7 or uint8, chosen per model
+(quantize/weight_choice.py): int7 is faster, uint8 more accurate.
 
 The path is read from CPUID, as MLAS reads it (so a CPU emulated by qemu reports the emulated
 path, where /proc/cpuinfo would report the host's), and confirmed by a behavioural probe: a
@@ -21,6 +28,7 @@ import ctypes
 import functools
 import mmap
 import platform
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -28,17 +36,48 @@ import onnxruntime as ort
 
 TARGETS = ("avx2", "vnni", "amx")
 TARGET_KEY = "quantize.target"  # model metadata: the target a quantized model was made for
+WEIGHTS_KEY = "quantize.weights"  # model metadata: its weight format
 
-FULL_WEIGHT_QMAX = 127
-SATURATION_SAFE_WEIGHT_QMAX = 64
+
+@dataclass(frozen=True)
+class WeightFormat:
+    name: str
+    qmax: int  # the largest |weight - zero point|
+    zero_point: int  # 0 for int8 weights; 128 for uint8 ones
+    dtype: type
+
+
+WEIGHT_FORMATS = {
+    "int8": WeightFormat("int8", 127, 0, np.int8),
+    "int7": WeightFormat("int7", 64, 0, np.int8),
+    "uint8": WeightFormat("uint8", 127, 128, np.uint8),
+}
 
 # ORT's session option that swaps U8S8 kernels for exact (slower) U8U8 ones on a saturating CPU.
 EXACT_U8U8_OPTION = "session.x64quantprecision"
 
 
-def weight_qmax(target: str) -> int:
-    """The largest |int8 weight| a model for `target` may hold."""
-    return SATURATION_SAFE_WEIGHT_QMAX if saturates(target) else FULL_WEIGHT_QMAX
+def default_weights(target: str) -> str:
+    """The weight format a model for `target` starts from: the fastest that is exact there."""
+    return "int7" if saturates(target) else "int8"
+
+
+def check_weights(weights: str, target: str) -> None:
+    """ValueError if a model for `target` cannot hold `weights` exactly."""
+    if weights not in WEIGHT_FORMATS:
+        raise ValueError(
+            f"unknown weight format {weights!r}; choose from auto, {', '.join(WEIGHT_FORMATS)}"
+        )
+    if saturated_by(weights, target):
+        raise ValueError(
+            f"full-range int8 weights saturate in the {target} target's kernels; "
+            "choose int7 or uint8 weights"
+        )
+
+
+def saturated_by(weights: str, target: str) -> bool:
+    """Do ORT's kernels on `target` saturate on a model with these weights?"""
+    return weights == "int8" and saturates(target)
 
 
 def saturates(target: str) -> bool:

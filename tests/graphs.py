@@ -14,9 +14,11 @@ from calibration import CalibrationSource, collect_histograms
 from quantize.pipeline import input_specs
 from quantize.plan import QuantPlan
 from quantize.runtime import session
-from quantize.target import host_target, weight_qmax
+from quantize.target import WEIGHT_FORMATS, default_weights, host_target
 
-HOST_WEIGHT_QMAX = weight_qmax(host_target())  # plans built by hand run on this machine's kernels
+HOST_WEIGHTS = WEIGHT_FORMATS[
+    default_weights(host_target())
+]  # plans built by hand run on this machine's kernels
 
 
 RNG = np.random.default_rng(0)
@@ -228,7 +230,7 @@ def plan_for(model: ir.Model, nodes: set[str]) -> QuantPlan:
     return QuantPlan(
         nodes,
         {name: (min(h.min, 0.0), max(h.max, 0.0)) for name, h in histograms.items()},
-        HOST_WEIGHT_QMAX,
+        HOST_WEIGHTS,
     )
 
 

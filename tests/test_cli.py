@@ -50,7 +50,7 @@ def test_success_writes_the_model_and_a_json_summary(conv_model, calib_npz, tmp_
     assert summary["size_bytes"]["int8"] < summary["size_bytes"]["fp32"]
     assert summary["calibration"]["samples"] == 100
     model = onnx.load(str(out))
-    assert Recipe.from_model(model) == Recipe(target=host_target(), kernel_timing=False)
+    assert Recipe.from_model(model) == Recipe(kernel_timing=False).resolved()
     assert os.listdir(out.parent) == ["net.int8.onnx"]  # no temporary file left behind
     assert (_digest(conv_model), _digest(calib_npz)) == before
 
@@ -136,6 +136,10 @@ def _bad(tmp_path, conv_model, calib_npz):
                 tmp_path / "r.html",
             ],
             "r.json: the INT8 model would be written over the report's JSON",
+        ),
+        (
+            [conv_model, "--calib", calib_npz, "-o", out, "--target", "avx2", "--weights", "int8"],
+            "arguments: full-range int8 weights saturate in the avx2 target's kernels",
         ),
         (
             [conv_model, "--calib", calib_npz, "-o", tmp_path / "nowhere" / "o.onnx"],
@@ -238,6 +242,29 @@ def test_a_target_other_than_this_cpus_is_recorded_and_a_saturating_mismatch_war
         )
     else:
         assert warnings == []
+
+
+def test_for_avx2_the_weight_format_is_chosen_and_said_unless_named(
+    conv_model, calib_npz, tmp_path
+):
+    def made(*args):
+        run = quantize(conv_model, "--calib", calib_npz, "--target", "avx2", "--json", *args)
+        assert run.returncode == 0, run.stderr
+        return json.loads(run.stdout)["weights"], run.stderr
+
+    weights, stderr = made("-o", tmp_path / "a.onnx", "--no-kernel-timing")
+    assert weights["format"] == "int7" and weights["choice"].startswith(
+        "int7 met the accuracy goal ("
+    )
+    assert f"quantize: int7 weights: {weights['choice']}" in stderr
+    weights, stderr = made("-o", tmp_path / "b.onnx", "--no-kernel-timing", "--weights", "uint8")
+    assert weights == {"format": "uint8", "choice": ""} and "weights:" not in stderr
+    quantized = [
+        t for t in onnx.load(str(tmp_path / "b.onnx")).graph.initializer if "_weight_" in t.name
+    ]
+    assert {t.data_type for t in quantized if t.name.endswith("_quantized")} == {
+        onnx.TensorProto.UINT8
+    }
 
 
 def test_auto_preset_picks_the_transformer_recipe_for_attention_and_cnn_otherwise(

@@ -67,16 +67,20 @@ def test_nothing_is_timed_for_another_cpus_target_or_when_switched_off(net, monk
     quantize(*net, Recipe(kernel_timing=False))
 
 
+@pytest.mark.parametrize("weights", ["int7", "uint8"])
 @pytest.mark.parametrize("op_type", ["Conv", "Gemm"])
-def test_the_timed_int8_model_fuses_into_an_integer_kernel_and_the_fp32_one_does_not(op_type):
+def test_the_timed_int8_model_fuses_into_an_integer_kernel_and_the_fp32_one_does_not(
+    op_type, weights
+):
     model = ir.serde.deserialize_model(conv_net(channels=8))
     node = next(n for n in model.graph if n.op_type == op_type)
     shape = (4, 8) if op_type == "Gemm" else (4, 3, 16, 16)
+    fmt = target.WEIGHT_FORMATS[weights]
     int8 = coverage.kernel_counts(
-        coverage.optimized_graph(kernel_timing._one_node_model(node, shape, "int8", 64))
+        coverage.optimized_graph(kernel_timing._one_node_model(node, shape, "int8", fmt))
     )
     fp32 = coverage.kernel_counts(
-        coverage.optimized_graph(kernel_timing._one_node_model(node, shape, "fp32", 64))
+        coverage.optimized_graph(kernel_timing._one_node_model(node, shape, "fp32", fmt))
     )
     assert (
         int8["int8"] == {"QLinearConv" if op_type == "Conv" else "QGemm": 1} and int8["float"] == {}

@@ -2,7 +2,7 @@
 
 import numpy as np
 import onnx_ir as ir
-from graphs import HOST_WEIGHT_QMAX, run
+from graphs import HOST_WEIGHTS, run
 from onnx import TensorProto, helper, numpy_helper
 
 from quantize import passes
@@ -41,13 +41,13 @@ def test_a_residual_input_conv_removes_most_of_the_input_rounding():
     widened = ir.serde.serialize_model(
         passes.lower_to_qdq(
             _identity_conv_read_by_fp32(),
-            QuantPlan({"conv"}, dict(ranges), HOST_WEIGHT_QMAX, wide={"conv"}),
+            QuantPlan({"conv"}, dict(ranges), HOST_WEIGHTS, wide={"conv"}),
         )
     )
     both = ir.serde.serialize_model(
         passes.lower_to_qdq(
             _identity_conv_read_by_fp32(),
-            QuantPlan({"conv"}, dict(ranges), HOST_WEIGHT_QMAX, wide={"conv"}, residual={"conv"}),
+            QuantPlan({"conv"}, dict(ranges), HOST_WEIGHTS, wide={"conv"}, residual={"conv"}),
         )
     )
     assert kernel_counts(optimized_graph(both))["int8"]["QLinearConv"] == 3

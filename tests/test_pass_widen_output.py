@@ -2,7 +2,7 @@
 
 import numpy as np
 import onnx_ir as ir
-from graphs import HOST_WEIGHT_QMAX, run
+from graphs import HOST_WEIGHTS, run
 from onnx import TensorProto, helper, numpy_helper
 
 from quantize import passes
@@ -41,13 +41,11 @@ def test_a_widened_conv_output_is_16x_finer_near_zero_and_unchanged_beyond():
     exact = np.abs(run(_conv_read_by_fp32(), x))
     ranges = {"x": (0.0, 1.0), "c": (-float(exact.max()), float(exact.max()))}
     coarse = ir.serde.serialize_model(
-        passes.lower_to_qdq(
-            _conv_read_by_fp32(), QuantPlan({"conv"}, dict(ranges), HOST_WEIGHT_QMAX)
-        )
+        passes.lower_to_qdq(_conv_read_by_fp32(), QuantPlan({"conv"}, dict(ranges), HOST_WEIGHTS))
     )
     widened = ir.serde.serialize_model(
         passes.lower_to_qdq(
-            _conv_read_by_fp32(), QuantPlan({"conv"}, dict(ranges), HOST_WEIGHT_QMAX, wide={"conv"})
+            _conv_read_by_fp32(), QuantPlan({"conv"}, dict(ranges), HOST_WEIGHTS, wide={"conv"})
         )
     )
     assert kernel_counts(optimized_graph(widened))["int8"]["QLinearConv"] == 2

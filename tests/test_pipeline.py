@@ -26,9 +26,7 @@ def test_every_compute_op_of_a_cnn_runs_as_an_integer_kernel(conv_model, calib_n
     assert {d.op_type for d in result.decisions if d.precision == "fp32"} <= {"Flatten"}
     assert min(result.output_sqnr_db.values()) > 25
     assert result.sqnr_samples == "20 held-out samples"
-    assert Recipe.from_model(result.model) == Recipe(
-        target=result.recipe.target, kernel_timing=False
-    )
+    assert Recipe.from_model(result.model) == Recipe(kernel_timing=False).resolved()
 
 
 @pytest.mark.parametrize("method", ["minmax", "percentile", "entropy", "mse"])

@@ -86,7 +86,7 @@ def test_data_movement_between_an_fp32_op_and_an_int8_conv_runs_on_uint8_at_one_
         model,
         chosen,
         collect_histograms(ir.serde.serialize_model(model), names, source, len(x)),
-        Recipe(ranges=MinMax(), target="vnni"),
+        Recipe(ranges=MinMax(), target="vnni").resolved(),
     )
     assert plan.ranges["cat"] == plan.ranges["s1"] == plan.ranges["s2"] == plan.ranges["a"]
 

@@ -38,26 +38,29 @@ def saturating_net() -> onnx.ModelProto:
     return model
 
 
-def int8_weights(model: onnx.ModelProto) -> np.ndarray:
-    return np.concatenate(
-        [
-            numpy_helper.to_array(t).ravel()
-            for t in model.graph.initializer
-            if t.data_type == TensorProto.INT8
-        ]
-    )
+def quantized_weights(model: onnx.ModelProto) -> list[np.ndarray]:
+    return [
+        numpy_helper.to_array(t)
+        for t in model.graph.initializer
+        if t.name.endswith("_weight_quantized")
+    ]
 
 
-def test_weight_range_per_target():
-    assert (
-        target.weight_qmax("avx2") == 64
-        and target.weight_qmax("vnni") == target.weight_qmax("amx") == 127
-    )
-    assert 255 * 64 * 2 <= np.iinfo(np.int16).max < 255 * 127 * 2
+def test_weight_formats_per_target():
+    assert target.default_weights("avx2") == "int7"
+    assert target.default_weights("vnni") == target.default_weights("amx") == "int8"
+    int8, int7, uint8 = (target.WEIGHT_FORMATS[f] for f in ("int8", "int7", "uint8"))
+    assert 255 * int7.qmax * 2 <= np.iinfo(np.int16).max < 255 * int8.qmax * 2
+    assert uint8.zero_point - uint8.qmax >= 0 and uint8.zero_point + uint8.qmax <= 255
     with pytest.raises(ValueError, match="unknown target 'sse'"):
-        target.weight_qmax("sse")
+        target.default_weights("sse")
     with pytest.raises(ValueError, match="unknown target"):
         Recipe(target="avx512")
+    with pytest.raises(ValueError, match="int8 weights saturate in the avx2 target's kernels"):
+        Recipe(target="avx2", weights="int8")
+    with pytest.raises(ValueError, match="unknown weight format 'int4'"):
+        Recipe(weights="int4")
+    assert Recipe(target="vnni", weights="uint8").resolved().weights == "uint8"
 
 
 def test_cpuid_reads_what_the_kernel_reports_and_the_probe_agrees_with_the_target():
@@ -73,22 +76,35 @@ def test_cpuid_reads_what_the_kernel_reports_and_the_probe_agrees_with_the_targe
     assert target.host_isa()["target"] == target.host_target()
 
 
-@pytest.mark.parametrize("made_for, qmax", [("avx2", 64), ("vnni", 127), ("amx", 127)])
-def test_a_model_keeps_its_targets_weight_range_and_records_the_target(tmp_path, made_for, qmax):
+@pytest.mark.parametrize(
+    "made_for, weights, dtype, lo, hi",
+    [
+        ("avx2", "auto", np.int8, -64, 64),
+        ("vnni", "auto", np.int8, -127, 127),
+        ("amx", "auto", np.int8, -127, 127),
+        ("avx2", "uint8", np.uint8, 1, 255),
+        ("vnni", "int7", np.int8, -64, 64),
+    ],
+)
+def test_a_model_keeps_its_weight_format_and_records_it_with_the_target(
+    tmp_path, made_for, weights, dtype, lo, hi
+):
     onnx.save(conv_net(channels=8), str(tmp_path / "net.onnx"))
     np.save(tmp_path / "x.npy", images(40))
     result = quantize(
-        tmp_path / "net.onnx", tmp_path / "x.npy", Recipe(target=made_for, kernel_timing=False)
+        tmp_path / "net.onnx",
+        tmp_path / "x.npy",
+        Recipe(target=made_for, weights=weights, kernel_timing=False),
     )
-    weights = int8_weights(result.model)
-    assert (
-        np.abs(weights).max() == qmax
-    )  # each channel's largest weight lands on the edge of the range
+    quantized = quantized_weights(result.model)
+    assert len(quantized) == 3 and all(w.dtype == dtype for w in quantized)
+    # each channel's largest weight lands on an edge of the range
+    assert min(w.min() for w in quantized) == lo and max(w.max() for w in quantized) == hi
     metadata = {p.key: p.value for p in result.model.metadata_props}
-    assert (
-        metadata["quantize.target"] == made_for
-        and json.loads(metadata["quantize.recipe"])["target"] == made_for
-    )
+    recorded = json.loads(metadata["quantize.recipe"])
+    assert metadata["quantize.target"] == recorded["target"] == made_for
+    assert metadata["quantize.weights"] == recorded["weights"] == result.recipe.weights != "auto"
+    assert min(result.output_sqnr_db.values()) > 25
 
 
 def test_auto_is_this_machines_target(conv_model, calib_npz):
@@ -117,21 +133,27 @@ def test_a_full_range_model_on_a_saturating_cpu_warns_naming_both_and_runs_exact
     made_for_avx2 = quantize(
         tmp_path / "s.onnx", tmp_path / "x.npy", Recipe(target="avx2", kernel_timing=False)
     ).model
+    all_bits = quantize(
+        tmp_path / "s.onnx",
+        tmp_path / "x.npy",
+        Recipe(target="vnni", weights="uint8", kernel_timing=False),
+    ).model
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         runtime.session(made_for_avx2)
+        runtime.session(all_bits)  # uint8 weights: ORT's U8U8 kernels without being asked
 
 
 EMULATED_RUN = """
 import json, sys, warnings
 import numpy as np, onnxruntime as ort
 from quantize import runtime, target
-x = np.load(sys.argv[1])
+x, out, models = np.load(sys.argv[1]), sys.argv[2], dict(a.split("=", 1) for a in sys.argv[3:])
 plain = lambda path: ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
 with warnings.catch_warnings(record=True) as caught:
     warnings.simplefilter("always")
-    through_runtime = runtime.session(sys.argv[3]).run(None, {"x": x})[0]
-np.savez(sys.argv[4], avx2=plain(sys.argv[2]), vnni=plain(sys.argv[3]), vnni_runtime=through_runtime)
+    through_runtime = runtime.session(models["vnni"]).run(None, {"x": x})[0]
+np.savez(out, vnni_runtime=through_runtime, **{name: plain(path) for name, path in models.items()})
 print(json.dumps({"isa": target.host_isa(), "warnings": [str(w.message) for w in caught]}))
 """
 
@@ -139,22 +161,19 @@ print(json.dumps({"isa": target.host_isa(), "warnings": [str(w.message) for w in
 @skip_outside_ci(not AS_CPU.exists(), "needs ../shared/tools/as-cpu beside the project")
 def test_under_avx2_emulation_the_avx2_model_is_exact_and_a_vnni_model_is_caught(tmp_path):
     """MLAS takes its AVX2 kernels under the emulated CPU whatever the host: the probe sees the
-    saturation, the model made for avx2 matches FP32, the one made for vnni saturates when run
-    plainly and is exact again through quantize's runtime."""
+    saturation, the models made for avx2 (int7 and uint8 weights) match FP32, the one made for
+    vnni saturates when run plainly and is exact again through quantize's runtime."""
     onnx.save(saturating_net(), str(tmp_path / "s.onnx"))
     x = np.random.default_rng(0).uniform(0, 1, (32, 16, 8, 8)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
-    paths = {}
-    for made_for in ("avx2", "vnni"):
-        paths[made_for] = tmp_path / f"{made_for}.onnx"
-        onnx.save(
-            quantize(
-                tmp_path / "s.onnx",
-                tmp_path / "x.npy",
-                Recipe(target=made_for, kernel_timing=False),
-            ).model,
-            str(paths[made_for]),
-        )
+    recipes = {
+        "avx2": Recipe(target="avx2", kernel_timing=False),
+        "avx2_uint8": Recipe(target="avx2", weights="uint8", kernel_timing=False),
+        "vnni": Recipe(target="vnni", kernel_timing=False),
+    }
+    for name, recipe in recipes.items():
+        model = quantize(tmp_path / "s.onnx", tmp_path / "x.npy", recipe).model
+        onnx.save(model, str(tmp_path / f"{name}.onnx"))
     run = subprocess.run(
         [
             str(AS_CPU),
@@ -163,9 +182,8 @@ def test_under_avx2_emulation_the_avx2_model_is_exact_and_a_vnni_model_is_caught
             "-c",
             EMULATED_RUN,
             str(tmp_path / "x.npy"),
-            str(paths["avx2"]),
-            str(paths["vnni"]),
             str(tmp_path / "out.npz"),
+            *(f"{name}={tmp_path / name}.onnx" for name in recipes),
         ],
         capture_output=True,
         text=True,
@@ -184,5 +202,6 @@ def test_under_avx2_emulation_the_avx2_model_is_exact_and_a_vnni_model_is_caught
     out = np.load(tmp_path / "out.npz")
     exact = sqnr_db(reference, out["avx2"])
     assert exact > 30
+    assert sqnr_db(reference, out["avx2_uint8"]) > exact  # all 8 bits, and exact
     assert sqnr_db(reference, out["vnni"]) < exact - 10  # saturated
     assert sqnr_db(reference, out["vnni_runtime"]) > 30

@@ -8,6 +8,7 @@ import pytest
 
 from benchmarks.zoo.run import REDUCED, all_models, run_model, table
 from quantize.pipeline import WHOLE_FP32
+from quantize.target import WEIGHT_FORMATS
 
 SUITE = dict(REDUCED, calibration=12)
 
@@ -18,6 +19,7 @@ def _check_fidelity_measured(record: dict) -> None:
     assert detail["fp32_cleaned"]["meets"] and detail["fp32_cleaned"]["value"] >= 0.999
     assert record["output_sqnr_db"] >= 20 or record["verdict"] == "low"
     assert 0 <= record["fidelity"] <= 1 and record["meets_fidelity"] == detail["int8"]["meets"]
+    assert record["weights"] in WEIGHT_FORMATS
 
 
 @pytest.mark.parametrize("model", all_models(), ids=lambda m: m.name)

@@ -78,6 +78,8 @@ def run_model(
             verdict=summary["fidelity"]["verdict"],
             kernel_timing=summary["kernel_timing"],
             speed_check=summary["speed_check"],
+            weights=summary["weights"]["format"],
+            weight_choice=summary["weights"]["choice"],
         )
         record["rivals"] = {}
         for name, make in (
@@ -195,7 +197,7 @@ def table(records: list[dict]) -> str:
 
     rows = [
         f"| {r['name']} | {r['exporter']} | {r['opset']} | {r['status']} | {r.get('preset', '-')} "
-        f"| {fidelity(r)} "
+        f"| {r.get('weights', '-')} | {fidelity(r)} "
         f"| {r['fidelity_target']} | {over_fp32_cleaned(r)} | {ratio(r.get('int8_over_fp32'))} "
         f"| {ratio(r['int8_over_ort_static'])} | {ratio(r.get('int8_over_ort_dynamic'))} "
         f"| {ratio(r.get('int8_over_nncf_openvino'))} | {ratio(r.get('int8_over_int8_openvino'))} "
@@ -205,11 +207,12 @@ def table(records: list[dict]) -> str:
     ]
     return "\n".join(
         [
-            "| model | exporter | opset | status | preset (auto) | fidelity | target | x FP32 cleaned | x FP32 as exported "
+            "| model | exporter | opset | status | preset (auto) | weights | fidelity | target | x FP32 cleaned "
+            "| x FP32 as exported "
             "| x ORT static | x ORT dynamic | x NNCF (OpenVINO) | x ours made for OpenVINO "
             "| ORT static fidelity | ORT dynamic fidelity | NNCF fidelity "
             "| ours made for OpenVINO fidelity |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
             *rows,
         ]
     )

@@ -1,8 +1,9 @@
 """Insert QuantizeLinear/DequantizeLinear pairs that ONNX Runtime fuses into integer kernels.
 
 For each planned node: float activation inputs and outputs get a uint8 Q -> DQ pair (one per
-tensor, shared by all consumers); the weight becomes an int8 initializer with per-channel
-scales behind a DequantizeLinear, within the plan's weight range (the target's kernels); the bias becomes int32 at scale s_input * s_weight.
+tensor, shared by all consumers); the weight becomes an initializer in the plan's weight format
+(int8, or uint8 around 128) with per-channel scales behind a DequantizeLinear; the bias becomes
+int32 at scale s_input * s_weight.
 """
 
 import numpy as np
@@ -26,8 +27,8 @@ WEIGHT_QUANTIZED_BY_ORT = {"Conv", "ConvTranspose", "Gemm"}
 
 
 class InsertQDQPass(ir.passes.InPlacePass):
-    """Carries out a QuantPlan: uint8 Q/DQ pairs on the planned nodes' activations, int8
-    per-channel weights within the plan's weight range, int32 biases.
+    """Carries out a QuantPlan: uint8 Q/DQ pairs on the planned nodes' activations, per-channel
+    weights in the plan's weight format, int32 biases.
 
     Precondition: every planned activation has a range. FP32 Convs and Gemms that share a
     quantized weight get their own per-channel DequantizeLinear."""
@@ -196,12 +197,12 @@ class InsertQDQPass(ir.passes.InPlacePass):
     ) -> ir.Value:
         weight = value.const_value.numpy()
         axis = weight_channel_axis(node, weight)
-        q, scale = quantize_weight(
-            weight, axis, self.plan.weight_qmax, self._bias_floor(node, weight, axis, source)
+        q, scale, zero_point = quantize_weight(
+            weight, axis, self.plan.weights, self._bias_floor(node, weight, axis, source)
         )
         self._weight_scales[node.name] = scale
         return self._dequantize_constant(
-            graph, f"{node.name}_weight", q, scale, np.zeros_like(scale, np.int8), axis, value
+            graph, f"{node.name}_weight", q, scale, zero_point, axis, value
         )
 
     def _bias_floor(

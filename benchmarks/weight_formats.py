@@ -1,0 +1,106 @@
+"""`python -m benchmarks.weight_formats`: the zoo's models with each weight format on this CPU.
+
+One calibration per model (its auto preset, this CPU's target, kernel timing off so that every
+format has the same INT8 nodes), lowered with each weight format this CPU runs exactly: int7 and
+uint8 where U8S8 saturates (avx2), int8, int7 and uint8 elsewhere. For each: output SQNR on the
+held-out samples, the zoo's task fidelity, and speed against the cleaned FP32 graph, all timed
+in one run. This is the evidence behind the weight choice (quantize/weight_choice.py): writes
+benchmarks/results/weight_formats_TARGET.{json,md}.
+"""
+
+import tempfile
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+
+from benchmarks.results import sized, write_results
+from benchmarks.zoo.run import FULL, REDUCED, all_models
+from quantize.bench import compare
+from quantize.frontend import load_model
+from quantize.pipeline import quantize, with_weights
+from quantize.recipe import RunOptions, preset, preset_for
+from quantize.runtime import session
+from quantize.target import WEIGHT_FORMATS, host_target, saturated_by
+
+TITLE = "# Weight formats on this CPU: int7 (U8S8) against uint8 (U8U8) and, where exact, int8"
+
+
+def formats(target: str) -> list[str]:
+    return [name for name in WEIGHT_FORMATS if not saturated_by(name, target)]
+
+
+def run_model(model, calibration: int, evaluation: int, seconds: float) -> dict:
+    path = model.build()
+    fp32 = load_model(path)
+    recipe = preset(preset_for(fp32), fp32, kernel_timing=False)
+    with tempfile.TemporaryDirectory() as tmp:
+        calib = Path(tmp) / "calib.npz"
+        np.savez(calib, **model.calibration(calibration))
+        first = quantize(path, calib, recipe, RunOptions())
+    results = {
+        name: first if name == first.recipe.weights else with_weights(first, name)
+        for name in formats(first.recipe.target)
+    }
+    feeds = model.evaluation(evaluation)
+    runners = {"fp32": session(first.fp32_model)}
+    runners.update({name: session(r.model) for name, r in results.items()})
+    outputs = {name: [r.run(None, feed) for feed in feeds] for name, r in runners.items()}
+    record = {
+        "name": model.name,
+        "target": first.recipe.target,
+        "fidelity_target": model.fidelity_target,
+        "int8_nodes": sum(d.precision == "int8" for d in first.decisions),
+        "formats": {
+            name: {
+                "output_sqnr_db": min(r.output_sqnr_db.values()),
+                "fidelity": model.fidelity(feeds, outputs["fp32"], outputs[name]),
+            }
+            for name, r in results.items()
+        },
+    }
+    if seconds:
+        batch = len(next(iter(feeds[0].values())))
+        calls = {name: partial(r.run, None, feeds[0]) for name, r in runners.items()}
+        speed = compare(calls, batch, min_seconds=seconds)
+        for name in results:
+            record["formats"][name]["over_fp32_cleaned"] = (
+                speed[name]["throughput"] / speed["fp32"]["throughput"]
+            )
+    return record
+
+
+def table(records: list[dict]) -> str:
+    rows = []
+    for r in records:
+        for name, f in r["formats"].items():
+            fidelity = f["fidelity"]
+            speed = f.get("over_fp32_cleaned")
+            rows.append(
+                f"| {r['name']} | {name} | {f['output_sqnr_db']:.1f} "
+                f"| {fidelity['value']:.4f} {'meets' if fidelity['meets'] else 'misses'} "
+                f"| {r['fidelity_target']} | {'-' if speed is None else f'{speed:.2f}x'} |"
+            )
+    return "\n".join(
+        [
+            "| model | weights | output SQNR (dB) | fidelity | target | x FP32 cleaned |",
+            "|---|---|---|---|---|---|",
+            *rows,
+        ]
+    )
+
+
+def main() -> None:
+    sizes = sized(FULL, REDUCED)
+    records = [
+        run_model(m, sizes["calibration"], sizes["evaluation"], sizes["seconds"])
+        for m in all_models()
+        if "dynamo" not in m.exporter  # the same MiniLM as the TorchScript export
+    ]
+    markdown = f"{TITLE}\n\n{table(records)}"
+    write_results(f"weight_formats_{host_target()}", {"models": records}, markdown)
+    print(markdown)
+
+
+if __name__ == "__main__":
+    main()

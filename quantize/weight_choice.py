@@ -1,0 +1,65 @@
+"""The weight format of a model for a CPU whose U8S8 kernels saturate (the avx2 target).
+
+int7 weights run ONNX Runtime's fast U8S8 kernels exactly; uint8 weights keep all 8 bits but run
+its U8U8 kernels, which are slower (quantize/target.py). A model starts from int7, and only if
+int7 misses the accuracy goal is uint8 tried, from the same calibration. Each format is brought
+to the goal by the same fallback (nodes back to FP32); of those that meet it, the faster here
+wins, timed as the speed check times; when the model is not for this CPU, or timing is off, the
+one with fewer nodes back in FP32 (int7 on a tie). If neither meets it, the more accurate wins.
+"""
+
+from collections.abc import Callable
+from dataclasses import replace
+
+from quantize.fallback import Fallback
+from quantize.pipeline import QuantizeResult, latencies_ms, timed_here, with_weights
+
+Goal = Callable[[QuantizeResult], Fallback]  # a result brought to the accuracy goal
+SECONDS = 2.0  # timing each candidate, as the speed check does
+
+
+def choose_weights(result: QuantizeResult, goal: Goal) -> Fallback:
+    """`result` (int7 weights) or its uint8 twin, each brought to `goal`; the chosen one's
+    result says why in `weight_choice`."""
+    int7 = goal(result)
+    if int7.score_before >= int7.target:
+        return _chosen(int7, f"int7 met the accuracy goal ({_score(int7)})")
+    uint8 = goal(with_weights(result, "uint8"))
+    scores = f"int7 {_score(int7)}, uint8 {_score(uint8)}"
+    met = [found for found in (int7, uint8) if found.met]
+    if not met:
+        best = max((int7, uint8), key=lambda found: found.score_after)
+        return _chosen(best, f"neither met the accuracy goal ({scores}): the more accurate")
+    if len(met) == 1:
+        return _chosen(met[0], f"only {_format(met[0])} met the accuracy goal ({scores})")
+    return _faster(int7, uint8, scores)
+
+
+def _faster(int7: Fallback, uint8: Fallback, scores: str) -> Fallback:
+    if not timed_here(int7.result):
+        fewer = uint8 if len(uint8.fp32_nodes) < len(int7.fp32_nodes) else int7
+        return _chosen(
+            fewer, f"both met the accuracy goal ({scores}), not timed here: fewer nodes in FP32"
+        )
+    ms = latencies_ms(
+        int7.result, {"int7": int7.result.model, "uint8": uint8.result.model}, SECONDS
+    )
+    faster = uint8 if ms["uint8"] < ms["int7"] else int7
+    return _chosen(
+        faster,
+        f"both met the accuracy goal ({scores}): the faster here "
+        f"(int7 {ms['int7']:.2f} ms, uint8 {ms['uint8']:.2f} ms a batch)",
+    )
+
+
+def _chosen(found: Fallback, why: str) -> Fallback:
+    return replace(found, result=replace(found.result, weight_choice=why))
+
+
+def _format(found: Fallback) -> str:
+    return found.result.recipe.weights
+
+
+def _score(found: Fallback) -> str:
+    nodes = f" with {len(found.fp32_nodes)} node(s) back in FP32" if found.fp32_nodes else ""
+    return f"{found.score_after:.4g}{nodes}"
