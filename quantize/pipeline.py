@@ -178,7 +178,7 @@ def quantize(
 
 def keep_fp32(result: QuantizeResult, fallback: dict[str, str]) -> QuantizeResult:
     """The same calibration lowered again with the `fallback` nodes (name -> why) in FP32."""
-    return _lower(
+    lowered = _lower(
         result.calibration,
         result.recipe,
         result.options,
@@ -186,6 +186,7 @@ def keep_fp32(result: QuantizeResult, fallback: dict[str, str]) -> QuantizeResul
         result.sqnr_samples,
         fallback,
     )
+    return replace(lowered, weight_choice=result.weight_choice)
 
 
 def keep_fp32_if_slower(result: QuantizeResult, seconds: float = 2.0) -> QuantizeResult:

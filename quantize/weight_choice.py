@@ -3,9 +3,11 @@
 int7 weights run ONNX Runtime's fast U8S8 kernels exactly; uint8 weights keep all 8 bits but run
 its U8U8 kernels, which are slower (quantize/target.py). A model starts from int7, and only if
 int7 misses the accuracy goal is uint8 tried, from the same calibration. Each format is brought
-to the goal by the same fallback (nodes back to FP32); of those that meet it, the faster here
-wins, timed as the speed check times; when the model is not for this CPU, or timing is off, the
-one with fewer nodes back in FP32 (int7 on a tie). If neither meets it, the more accurate wins.
+to the goal by the same fallback (nodes back to FP32). uint8 is kept only where it buys the
+goal: if only uint8 meets it, uint8; if neither does, int7, the faster (a slower model that
+still misses buys nothing the user asked for); if both do, the faster here, timed as the speed
+check times, or, when the model is not for this CPU or timing is off, the one with fewer nodes
+back in FP32 (int7 on a tie).
 """
 
 from collections.abc import Callable
@@ -26,13 +28,13 @@ def choose_weights(result: QuantizeResult, goal: Goal) -> Fallback:
         return _chosen(int7, f"int7 met the accuracy goal ({_score(int7)})")
     uint8 = goal(with_weights(result, "uint8"))
     scores = f"int7 {_score(int7)}, uint8 {_score(uint8)}"
-    met = [found for found in (int7, uint8) if found.met]
-    if not met:
-        best = max((int7, uint8), key=lambda found: found.score_after)
-        return _chosen(best, f"neither met the accuracy goal ({scores}): the more accurate")
-    if len(met) == 1:
-        return _chosen(met[0], f"only {_format(met[0])} met the accuracy goal ({scores})")
-    return _faster(int7, uint8, scores)
+    if int7.met and uint8.met:
+        return _faster(int7, uint8, scores)
+    if uint8.met:
+        return _chosen(uint8, f"only uint8 met the accuracy goal ({scores})")
+    if int7.met:
+        return _chosen(int7, f"only int7 met the accuracy goal ({scores})")
+    return _chosen(int7, f"neither met the accuracy goal ({scores}): int7, the faster")
 
 
 def _faster(int7: Fallback, uint8: Fallback, scores: str) -> Fallback:
@@ -54,10 +56,6 @@ def _faster(int7: Fallback, uint8: Fallback, scores: str) -> Fallback:
 
 def _chosen(found: Fallback, why: str) -> Fallback:
     return replace(found, result=replace(found.result, weight_choice=why))
-
-
-def _format(found: Fallback) -> str:
-    return found.result.recipe.weights
 
 
 def _score(found: Fallback) -> str:

@@ -7,7 +7,7 @@ from graphs import conv_net, images
 
 from quantize import Recipe, quantize
 from quantize.fallback import Fallback, fall_back
-from quantize.pipeline import with_weights
+from quantize.pipeline import keep_fp32, with_weights
 from quantize.validate import output_sqnr
 from quantize.weight_choice import choose_weights
 
@@ -53,6 +53,11 @@ def test_int7_that_meets_the_goal_is_kept_without_trying_uint8(int7):
     found = choose_weights(int7, goal)
     assert asked == ["int7"] and _weights(found) == "int7" and found.result.model is int7.model
     assert found.result.weight_choice == "int7 met the accuracy goal (25)"
+    # the speed check's or a fallback's re-lowering keeps the reason with the format
+    assert (
+        keep_fp32(found.result, {"conv2": "slower"}).weight_choice
+        == "int7 met the accuracy goal (25)"
+    )
 
 
 def test_uint8_is_chosen_when_only_it_meets_the_goal_on_the_real_output_sqnr(int7):
@@ -73,12 +78,17 @@ def test_uint8_is_chosen_when_only_it_meets_the_goal_on_the_real_output_sqnr(int
     ] == "uint8"
 
 
-def test_when_neither_meets_the_goal_the_more_accurate_wins(int7):
-    goal, _ = _stated({"int7": (10.0, 12.0, ["conv2"]), "uint8": (15.0, 15.0, [])})
+def test_uint8_is_kept_only_where_it_buys_the_goal(int7):
+    """Neither meets it: int7, the faster, however much closer uint8 came; only int7 meets it
+    (after its fallback): int7."""
+    goal, _ = _stated({"int7": (10.0, 12.0, ["conv2"]), "uint8": (15.0, 18.0, [])})
     found = choose_weights(int7, goal)
-    assert _weights(found) == "uint8" and found.result.weight_choice.startswith("neither met")
-    goal, _ = _stated({"int7": (10.0, 16.0, ["conv2"]), "uint8": (15.0, 15.0, [])})
-    assert _weights(choose_weights(int7, goal)) == "int7"
+    assert _weights(found) == "int7" and found.result.weight_choice.startswith(
+        "neither met the accuracy goal (int7 12 with 1 node(s) back in FP32, uint8 18)"
+    )
+    goal, _ = _stated({"int7": (10.0, 20.5, ["conv2"]), "uint8": (15.0, 18.0, [])})
+    found = choose_weights(int7, goal)
+    assert _weights(found) == "int7" and found.result.weight_choice.startswith("only int7 met")
 
 
 def test_when_both_meet_it_untimed_the_one_with_fewer_fp32_nodes_wins(int7):
