@@ -202,7 +202,7 @@ def run(args: argparse.Namespace) -> int:
 
     with _progress() as advance:
         result = quantize(args.model, args.calib, recipe, options, _image_preprocess(args), advance)
-    goal = _accuracy_goal(args, evaluator)
+    goal = _accuracy_goal(args, evaluator, result.fp32_model)
     if recipe.weights == "auto" and saturates(result.recipe.target):
         from quantize.weight_choice import choose_weights
 
@@ -268,20 +268,21 @@ def _carried_recipe(path: Path) -> Recipe:
         raise InputError(path, str(exc)) from None
 
 
-def _accuracy_goal(args: argparse.Namespace, evaluator):
+def _accuracy_goal(args: argparse.Namespace, evaluator, fp32_model):
     """A result -> the Fallback that brings it to the goal: the metric within --max-drop of
     FP32's, or else the output SQNR floor (only measured with --keep-low-fidelity)."""
     from quantize.fallback import fall_back, to_fidelity_floor
 
     if args.max_drop is None:
-        return partial(to_fidelity_floor, max_nodes=0 if args.keep_low_fidelity else 8)
+        return (
+            partial(to_fidelity_floor, max_nodes=0) if args.keep_low_fidelity else to_fidelity_floor
+        )
     sign = 1 if evaluator.higher_is_better else -1
 
-    def within_drop(result):
-        score = lambda model: sign * evaluator.evaluate(model)  # noqa: E731
-        return fall_back(result, score, score(result.fp32_model) - args.max_drop)
+    def score(model):
+        return sign * evaluator.evaluate(model)
 
-    return within_drop
+    return partial(fall_back, score=score, target=score(fp32_model) - args.max_drop)
 
 
 def _say_what_fell_back(found, args: argparse.Namespace, evaluator) -> None:

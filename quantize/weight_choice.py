@@ -23,6 +23,11 @@ SECONDS = 2.0  # timing each candidate, as the speed check does
 def choose_weights(result: QuantizeResult, goal: Goal) -> Fallback:
     """`result` (int7 weights) or its uint8 twin, each brought to `goal`; the chosen one's
     result says why in `weight_choice`."""
+    if result.recipe.weights != "int7":
+        raise ValueError(
+            f"the weight choice starts from int7 weights (an avx2 model's first format); "
+            f"this model has {result.recipe.weights}"
+        )
     int7 = goal(result)
     if int7.score_before >= int7.target:
         return _chosen(int7, f"int7 met the accuracy goal ({_score(int7)})")

@@ -48,6 +48,13 @@ def test_uint8_is_the_same_calibration_with_all_8_bits_and_is_more_accurate(int7
     assert min(uint8.output_sqnr_db.values()) > min(int7.output_sqnr_db.values()) + 3
 
 
+def test_the_choice_starts_from_int7(int7):
+    goal, asked = _stated({"uint8": (25.0, 25.0, [])})
+    with pytest.raises(ValueError, match="starts from int7 weights .* this model has uint8"):
+        choose_weights(with_weights(int7, "uint8"), goal)
+    assert asked == []
+
+
 def test_int7_that_meets_the_goal_is_kept_without_trying_uint8(int7):
     goal, asked = _stated({"int7": (25.0, 25.0, []), "uint8": (40.0, 40.0, [])})
     found = choose_weights(int7, goal)
