@@ -178,15 +178,7 @@ def quantize(
 
 def keep_fp32(result: QuantizeResult, fallback: dict[str, str]) -> QuantizeResult:
     """The same calibration lowered again with the `fallback` nodes (name -> why) in FP32."""
-    lowered = _lower(
-        result.calibration,
-        result.recipe,
-        result.options,
-        result.held_out,
-        result.sqnr_samples,
-        fallback,
-    )
-    return replace(lowered, weight_choice=result.weight_choice)
+    return replace(_relower(result, result.recipe, fallback), weight_choice=result.weight_choice)
 
 
 def keep_fp32_if_slower(result: QuantizeResult, seconds: float = 2.0) -> QuantizeResult:
@@ -195,7 +187,7 @@ def keep_fp32_if_slower(result: QuantizeResult, seconds: float = 2.0) -> Quantiz
     whole small model pays for its Q/DQ conversions; a user must never get an INT8 model slower
     than FP32. Slower means by at least `kernel_timing.MIN_GAIN_MS` a batch (kernel timing's
     noise floor), in two measurements; only for this machine's own target, with timing on."""
-    if not timed_here(result):
+    if not timed_here(result.recipe):
         return replace(result, speed_check="not measured: not this CPU's target, or timing off")
     feeds = result.held_out[0]
     models = {"fp32": result.fp32_model, "int8": result.model}
@@ -214,9 +206,10 @@ def keep_fp32_if_slower(result: QuantizeResult, seconds: float = 2.0) -> Quantiz
     return replace(keep_fp32(result, dict.fromkeys(int8_nodes, reason)), speed_check=reason)
 
 
-def timed_here(result: QuantizeResult) -> bool:
-    """May `result`'s models be timed to decide for it: made for this CPU, with timing on."""
-    return result.recipe.kernel_timing and result.recipe.target == host_target()
+def timed_here(recipe: Recipe) -> bool:
+    """May timings on this machine decide for a model of `recipe`: made for this CPU, with
+    timing on."""
+    return recipe.kernel_timing and recipe.target == host_target()
 
 
 def latencies_ms(
@@ -243,13 +236,13 @@ def with_weights(result: QuantizeResult, weights: str) -> QuantizeResult:
         for d in result.decisions
         if d.precision == "fp32" and d.name in result.calibration.selection.int8
     }
+    return _relower(result, replace(result.recipe, weights=weights), fp32)
+
+
+def _relower(result: QuantizeResult, recipe: Recipe, fallback: dict[str, str]) -> QuantizeResult:
+    """`result`'s calibration lowered again under `recipe`, the `fallback` nodes in FP32."""
     return _lower(
-        result.calibration,
-        replace(result.recipe, weights=weights),
-        result.options,
-        result.held_out,
-        result.sqnr_samples,
-        fp32,
+        result.calibration, recipe, result.options, result.held_out, result.sqnr_samples, fallback
     )
 
 
@@ -331,11 +324,7 @@ def _slower_in_int8(
 ) -> dict[str, str]:
     """Kernel timings describe this machine and ONNX Runtime's kernels: they decide only for
     this machine's own target, and for a model made for ONNX Runtime."""
-    if (
-        not recipe.kernel_timing
-        or recipe.target != host_target()
-        or recipe.runtime != "onnxruntime"
-    ):
+    if not timed_here(recipe) or recipe.runtime != "onnxruntime":
         return {}
     return kernel_timing.slower_in_int8(
         clean, graph, nodes, feeds, WEIGHT_FORMATS[recipe.weights], recipe.target, threads

@@ -7,7 +7,8 @@ to the goal by the same fallback (nodes back to FP32). uint8 is kept only where 
 goal: if only uint8 meets it, uint8; if neither does, int7, the faster (a slower model that
 still misses buys nothing the user asked for); if both do, the faster here, timed as the speed
 check times, or, when the model is not for this CPU or timing is off, the one with fewer nodes
-back in FP32 (int7 on a tie).
+back in FP32 (int7 on a tie). Nodes that int7's kernel timing kept FP32 stay FP32 in the
+uint8 trial: the U8U8 kernels are slower still, so those nodes do not become worth INT8.
 """
 
 from collections.abc import Callable
@@ -43,7 +44,7 @@ def choose_weights(result: QuantizeResult, goal: Goal) -> Fallback:
 
 
 def _faster(int7: Fallback, uint8: Fallback, scores: str) -> Fallback:
-    if not timed_here(int7.result):
+    if not timed_here(int7.result.recipe):
         fewer = uint8 if len(uint8.fp32_nodes) < len(int7.fp32_nodes) else int7
         return _chosen(
             fewer, f"both met the accuracy goal ({scores}), not timed here: fewer nodes in FP32"
