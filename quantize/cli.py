@@ -145,8 +145,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         "--max-drop",
         type=float,
         metavar="X",
-        help="with --evaluate: send the nodes that cost most of the metric back "
-        "to FP32 until INT8 is within X of FP32 (accuracy-driven fallback)",
+        help="send the nodes that cost most of the metric back to FP32 until INT8 is within X of "
+        "FP32 (accuracy-driven fallback); the metric is --evaluate's, else the output cosine to FP32 "
+        "on held-out calibration samples (FP32 scores 1: X=0.01 asks for 0.99)",
     )
     p.add_argument(
         "--json", action="store_true", help="print the summary (or report) as JSON on stdout"
@@ -188,8 +189,6 @@ def run(args: argparse.Namespace) -> int:
         evaluator = None
         if recipe.runtime == "openvino":
             openvino()  # missing: one line now, not after calibration
-        if args.max_drop is not None and not args.evaluate:
-            raise ValueError("--max-drop needs --evaluate: the metric whose drop it bounds")
         if args.evaluate:
             from quantize.evaluators import get_evaluator
 
@@ -202,6 +201,10 @@ def run(args: argparse.Namespace) -> int:
 
     with _progress() as advance:
         result = quantize(args.model, args.calib, recipe, options, _image_preprocess(args), advance)
+    if args.max_drop is not None and evaluator is None:
+        from quantize.evaluators import OutputCosine
+
+        evaluator = OutputCosine(result.fp32_model, result.held_out, result.options.threads)
     goal = _accuracy_goal(args, evaluator, result.fp32_model)
     if recipe.weights == "auto" and saturates(result.recipe.target):
         from quantize.weight_choice import choose_weights

@@ -65,7 +65,7 @@ def fidelity(output_sqnr_db: dict[str, float], layer_sqnr_db: dict[str, float]) 
         verdict["advice"] = (
             f"output SQNR {worst_output:.1f} dB (floor {OUTPUT_FLOOR_DB} dB), worst layers "
             + ", ".join(f"{name} {db:.1f} dB" for name, db in worst_layers.items())
-            + ": keep the ops around them FP32 (--exclude NAME), bound a task metric's drop (--max-drop with --evaluate), "
+            + ": keep the ops around them FP32 (--exclude NAME), bound the loss (--max-drop X: the output cosine to FP32, or --evaluate's metric), "
             "or try another --method"
         )
     return verdict

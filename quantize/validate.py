@@ -54,15 +54,59 @@ def sqnr_against(
     }
 
 
+def cosine_against(
+    reference: dict, int8: onnx.ModelProto, batches: list[dict], threads: int = 0
+) -> dict[str, float]:
+    """Mean over samples of the cosine between each output of `int8` and the `reference`
+    outputs, a sample's output (its real tokens, `real_tokens`) one vector."""
+    got = model_outputs(int8, batches, threads)
+    return {
+        name: float(
+            np.mean(
+                [
+                    _cosine(r, g)
+                    for ref_batch, got_batch, b in zip(ref, got[name], batches)
+                    for r, g in zip(_sample_rows(ref_batch, b), _sample_rows(got_batch, b))
+                ]
+            )
+        )
+        for name, ref in reference.items()
+    }
+
+
+def _cosine(reference: np.ndarray, approximation: np.ndarray) -> float:
+    a, b = reference.astype(np.float64), approximation.astype(np.float64)
+    norms = np.linalg.norm(a) * np.linalg.norm(b)
+    if norms == 0:
+        return 1.0 if not a.any() and not b.any() else 0.0
+    return float(a @ b / norms)
+
+
+def _sample_rows(output: np.ndarray, batch: dict) -> list[np.ndarray]:
+    """`output` as one flat vector per sample (its first axis), without padded positions
+    (`real_tokens`)."""
+    if output.ndim == 0:
+        return [output.ravel()]
+    mask = _padding_mask(output, batch)
+    if mask is None:
+        return [row.ravel() for row in output]
+    return [row[m].ravel() for row, m in zip(output, mask)]
+
+
 def real_tokens(output: np.ndarray, batch: dict) -> np.ndarray:
     """`output` flat, without the positions of padding tokens where the batch has a (batch,
     tokens) `PADDING_MASK` and the output starts with those two dimensions. A model's output at
     a padded position is not part of its contract (its users mask it away, as mean pooling
     does), and its error there can be any size: counted, it hid how MiniLM's tokens fared."""
+    mask = _padding_mask(output, batch)
+    return output.ravel() if mask is None else output[mask].ravel()
+
+
+def _padding_mask(output: np.ndarray, batch: dict) -> np.ndarray | None:
     mask = batch.get(PADDING_MASK)
     if mask is None or mask.ndim != 2 or output.shape[:2] != mask.shape:
-        return output.ravel()
-    return output[mask.astype(bool)].ravel()
+        return None
+    return mask.astype(bool)
 
 
 def layer_sqnr(

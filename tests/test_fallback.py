@@ -2,6 +2,7 @@ import json
 
 import numpy as np
 import onnx
+import pytest
 from graphs import outlier_mlp
 
 from quantize import Recipe, cli, quantize
@@ -111,6 +112,25 @@ def test_the_command_line_bounds_the_metric_drop_and_says_which_nodes_went_back(
     }
     assert fp32_nodes["down"].startswith("accuracy fallback") and "up" not in fp32_nodes
     assert _CappedSqnr(tmp_path / "m.onnx").evaluate(onnx.load(tmp_path / "q.onnx")) >= 29
+
+
+def test_without_an_evaluator_the_drop_is_bounded_on_the_output_cosine_to_fp32(tmp_path, capsys):
+    onnx.save(outlier_mlp(), str(tmp_path / "m.onnx"))
+    np.save(
+        tmp_path / "calib.npy", np.random.default_rng(1).normal(0, 1, (256, 16)).astype(np.float32)
+    )
+    args = [str(tmp_path / "m.onnx"), "--calib", str(tmp_path / "calib.npy"), "--json"]
+    args += ["--no-kernel-timing"]
+    report = ["--report", str(tmp_path / "r.html")]
+    assert cli.main([*args, *report, "-o", str(tmp_path / "q.onnx"), "--max-drop", "0.01"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    fp32_nodes = {n["name"]: n["reason"] for n in report["coverage"]["fp32_nodes"]}
+    assert fp32_nodes["down"].startswith("accuracy fallback") and "up" not in fp32_nodes
+    metric = report["metric"]
+    assert metric["name"] == "output cosine to FP32" and metric["fp32"] == pytest.approx(1.0)
+    assert metric["int8"] >= 0.99 and metric["drop"] <= 0.01
+    assert cli.main([*args, "-o", str(tmp_path / "all.onnx"), "--max-drop", "0.5"]) == 0
+    assert json.loads(capsys.readouterr().out)["coverage"]["fp32_nodes"] == []
 
 
 def test_a_step_that_does_not_raise_the_score_enough_is_undone_and_ends_the_search(tmp_path):

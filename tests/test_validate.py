@@ -1,9 +1,10 @@
-"""`quantize.validate`: output SQNR counts what a model's users read."""
+"""`quantize.validate`: output SQNR and cosine count what a model's users read."""
 
 import numpy as np
+import pytest
 from onnx import TensorProto, helper
 
-from quantize.validate import model_outputs, sqnr_against
+from quantize.validate import cosine_against, model_outputs, sqnr_against
 
 
 def _model(noise_on_padding: float):
@@ -48,3 +49,16 @@ def test_output_sqnr_leaves_out_padded_tokens_of_outputs_that_have_a_token_dimen
     sqnr = sqnr_against(reference, _model(100.0), batches)
     assert sqnr["y"] == float("inf")  # the error sits on padding only
     assert sqnr["z"] < 0  # summed over all tokens, padding included: every value is off
+
+
+def test_output_cosine_is_a_mean_over_samples_of_their_real_tokens():
+    rng = np.random.default_rng(0)
+    mask = np.array([[1, 1, 1, 0, 0], [1, 1, 1, 1, 0]], np.int64)
+    batches = [{"x": rng.normal(0, 1, (2, 5, 4)).astype(np.float32), "attention_mask": mask}]
+    reference = model_outputs(_model(0.0), batches)
+    assert cosine_against(reference, _model(0.0), batches) == pytest.approx({"y": 1.0, "z": 1.0})
+    cosine = cosine_against(reference, _model(100.0), batches)
+    assert cosine["y"] == pytest.approx(1.0)  # the error sits on padding only
+    z_ref, z_off = reference["z"][0], model_outputs(_model(100.0), batches)["z"][0]
+    per_sample = [r @ o / np.linalg.norm(r) / np.linalg.norm(o) for r, o in zip(z_ref, z_off)]
+    assert cosine["z"] == pytest.approx(np.mean(per_sample)) and cosine["z"] < 0.9
