@@ -22,7 +22,6 @@ def render() -> str:
     """The generated part of the README's Results section."""
     resnet50 = [_resnet50(stem, _load(stem)) for stem in _per_target("resnet50")]
     zoo = [_zoo(stem, _load(stem)) for stem in _per_target("zoo")]
-    weights = [_weight_formats(stem, _load(stem)) for stem in _per_target("weight_formats")]
     return "\n\n".join(
         [
             _targets(_load("targets")),
@@ -32,7 +31,6 @@ def render() -> str:
             _calogan(_load("calogan")),
             _scale_out(_load("scale_out")),
             *zoo,
-            *weights,
         ]
     )
 
@@ -119,32 +117,22 @@ def _resnet50(stem: str, d: dict) -> str:
 
 
 def _resnet50_at_224(stem: str, d: dict) -> str:
-    """Speed at 224x224 only; runs before the cleaned baseline existed compare with FP32 as exported."""
-    baseline = "fp32_clean" if "fp32_clean_throughput" in d else "fp32"
+    """Runs before OpenVINO, Quark and the 32x32 timings joined: one line, speed at 224x224 only."""
     names = {
-        "fp32": "FP32 as exported",
-        **(
-            {"fp32_clean": "FP32 after clean-up (the baseline)"} if baseline == "fp32_clean" else {}
-        ),
-        "int8": "quantize INT8",
+        "int8": "**quantize INT8**",
         "ort_quantize_static": "ORT `quantize_static`",
         "tflite_int8": "TFLite full-integer",
     }
-    rows = [
-        [
-            label,
-            f"{d[f'top1_{name}']:.2f}",
-            f"{d[f'{name}_throughput']:.1f}",
-            f"{d[f'{name}_throughput'] / d[f'{baseline}_throughput']:.2f}",
-        ]
+    figures = "; ".join(
+        f"{label} {d[f'{name}_throughput'] / d['fp32_clean_throughput']:.2f}x, "
+        f"top-1 {d[f'top1_{name}']:.2f} %"
         for name, label in names.items()
-    ]
-    title = (
-        f"**ResNet-50 against the rival quantizers** (`python -m benchmarks.resnet50`, `{stem}.md`; "
-        f"{_where(d)}; top-1 on {d['accuracy_input']}, speed at {d['speed_input']}, batch 32):"
     )
-    header = ["model", "top-1 %", "img/s", f"x {names[baseline]}".replace(" (the baseline)", "")]
-    return title + "\n\n" + _table(header, rows, bold=list(names).index("int8"))
+    return (
+        f"**ResNet-50, an earlier run with fewer rivals** (`python -m benchmarks.resnet50`, "
+        f"`{stem}.md`; {_where(d)}; speed at {d['speed_input']}, batch 32, x the FP32 baseline, "
+        f"whose top-1 is {d['top1_fp32_clean']:.2f} %): {figures}."
+    )
 
 
 def _translator(d: dict) -> str:
@@ -273,17 +261,6 @@ def _zoo(stem: str, d: dict) -> str:
         f"(`python -m benchmarks.zoo`, `{stem}.md`; {_where(d)}; fidelity is the task metric against "
         "FP32 on held-out inputs, speed at the served batch in the JSON's `bench_shape`):\n\n"
         + table(d["models"])
-    )
-
-
-def _weight_formats(stem: str, d: dict) -> str:
-    from benchmarks.weight_formats import table
-
-    return (
-        "**Weight formats on the zoo** (`python -m benchmarks.weight_formats`, "
-        f"`{stem}.md`; {_where(d)}; one calibration per model, kernel timing off, each format this "
-        "CPU runs exactly; output SQNR on held-out calibration samples, fidelity and speed as "
-        "in the zoo):\n\n" + table(d["models"])
     )
 
 

@@ -95,7 +95,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         choices=["auto", *WEIGHT_FORMATS],
         help="weight format: int8 (full range; vnni and amx), int7 (int8 within +-64: exact and fast on avx2), "
         "uint8 (all 8 bits, exact everywhere, ONNX Runtime's slower U8U8 kernels); auto = int8 for vnni and amx, "
-        "and for avx2 int7, or uint8 where only uint8 meets the accuracy goal (default: the recipe's, auto)",
+        "and for avx2 int7, or uint8 where int7 misses the accuracy goal and uint8 buys it (default: the recipe's, auto)",
     )
     p.add_argument(
         "--keep-low-fidelity",
@@ -187,6 +187,8 @@ def run(args: argparse.Namespace) -> int:
             calib_samples=args.calib_samples, batch_size=args.batch_size, threads=args.threads
         )
         evaluator = None
+        if args.max_drop is not None and args.max_drop < 0:
+            raise ValueError(f"--max-drop {args.max_drop:g}: a drop is 0 or more")
         if recipe.runtime == "openvino":
             openvino()  # missing: one line now, not after calibration
         if args.evaluate:

@@ -142,6 +142,10 @@ def _bad(tmp_path, conv_model, calib_npz):
             "arguments: full-range int8 weights saturate in the avx2 target's kernels",
         ),
         (
+            [conv_model, "--calib", calib_npz, "-o", out, "--max-drop", "-0.5"],
+            "arguments: --max-drop -0.5: a drop is 0 or more",
+        ),
+        (
             [conv_model, "--calib", calib_npz, "-o", tmp_path / "nowhere" / "o.onnx"],
             "does not exist",
         ),
