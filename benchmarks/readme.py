@@ -92,8 +92,8 @@ def _targets(d: dict) -> str:
 
 
 def _resnet50(stem: str, d: dict) -> str:
-    """One run per CPU target; runs before OpenVINO and the 32x32 timings joined keep their older
-    layout (`_resnet50_at_224`)."""
+    """One run per CPU target; runs before OpenVINO and the 32x32 timings joined are one line
+    each (`_resnet50_at_224`)."""
     if "rows" not in d:
         return _resnet50_at_224(stem, d)
     base = d["rows"][d["baseline"]]

@@ -70,7 +70,7 @@ def run_model(model, calibration: int, evaluation: int, seconds: float) -> dict:
     return record
 
 
-def table(records: list[dict]) -> str:
+def _table(records: list[dict]) -> str:
     rows = []
     for r in records:
         for name, f in r["formats"].items():
@@ -97,7 +97,7 @@ def main() -> None:
         for m in all_models()
         if "dynamo" not in m.exporter  # the same MiniLM as the TorchScript export
     ]
-    markdown = f"{TITLE}\n\n{table(records)}"
+    markdown = f"{TITLE}\n\n{_table(records)}"
     write_results(f"weight_formats_{host_target()}", {"models": records}, markdown)
     print(markdown)
 

@@ -56,7 +56,7 @@ class Recipe:
         "auto"  # the CPU's INT8 path the model is made for: auto (this machine) | avx2 | vnni | amx
     )
     # auto | int8 | int7 | uint8 (quantize/target.py); auto: int8 for vnni and amx, and for avx2
-    # int7, or uint8 where only uint8 meets the accuracy goal (quantize/weight_choice.py)
+    # int7, or uint8 where int7 misses the accuracy goal and uint8 buys it (quantize/weight_choice.py)
     weights: str = "auto"
     activation_matmuls: bool = True  # also MatMuls of two activations (attention scores, context)
     kernel_timing: bool = True  # on this machine's target, keep FP32 the Convs/GEMMs whose INT8 kernel measures slower
