@@ -8,7 +8,7 @@ onnxio.save_model(result.model, "model.int8.onnx")
 from calibration import Entropy, MinMax, Mse, Percentile
 from onnxio import InputError
 from quantize.fallback import fall_back
-from quantize.pipeline import QuantizeResult, keep_fp32_if_slower, quantize
+from quantize.pipeline import QuantizeResult, keep_fp32_unless_faster, quantize
 from quantize.recipe import NodeOverrides, Recipe, RunOptions, SmoothQuant
 from quantize.weight_choice import choose_weights
 
@@ -25,6 +25,6 @@ __all__ = [
     "SmoothQuant",
     "choose_weights",
     "fall_back",
-    "keep_fp32_if_slower",
+    "keep_fp32_unless_faster",
     "quantize",
 ]

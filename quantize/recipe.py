@@ -166,16 +166,22 @@ class Recipe:
 @dataclass(frozen=True)
 class RunOptions:
     """How to run quantization: these change its time and memory, not the model it makes
-    (except that the calibration set is the first `calib_samples` samples)."""
+    (except that the calibration set is the first `calib_samples` samples, and that with kernel
+    timing on, the timings at `serve_batch` decide which nodes stay FP32)."""
 
     calib_samples: int = 1000  # at most; fewer if the data has fewer
     held_out_samples: int = 64  # for the output SQNR; taken after the calibration samples
     batch_size: int = 32
     threads: int = 0  # ONNX Runtime intra-op threads; 0 = all cores
+    # the batch the model will be served at: kernel timing, the speed check and the report's
+    # throughput time INT8 against FP32 at it (None: the calibration batch)
+    serve_batch: int | None = None
 
     def __post_init__(self):
         if self.calib_samples < 1 or self.batch_size < 1:
             raise ValueError("calib_samples and batch_size must be positive")
+        if self.serve_batch is not None and self.serve_batch < 1:
+            raise ValueError(f"serve batch {self.serve_batch}: a batch holds 1 sample or more")
 
 
 PRESETS = {"cnn": Recipe.cnn, "transformer": Recipe.transformer, "generator": Recipe.generator}

@@ -84,11 +84,12 @@ def _kernel_timing(recipe: Recipe) -> str:
 
 
 def evaluate(summary: dict, result: QuantizeResult, evaluator=None, seconds: float = 3.0) -> dict:
-    """The summary plus throughput FP32 vs INT8 on a held-out batch and, if given, the task metric."""
+    """The summary plus throughput FP32 vs INT8 on a held-out batch at the served batch size and,
+    if given, the task metric."""
     report = dict(summary, isa=host_isa())
     speed = bench.compare_sessions(
         {"fp32": result.fp32_model, "int8": result.model},
-        result.held_out[0],
+        result.served_feeds,
         result.options.threads,
         seconds,
         runtime=result.recipe.runtime,

@@ -6,7 +6,7 @@ import onnx_ir as ir
 import pytest
 from graphs import conv_net, images
 
-from quantize import Recipe, coverage, kernel_timing, quantize, target
+from quantize import Recipe, RunOptions, coverage, kernel_timing, quantize, target
 
 
 def timings(int8_ms: dict[str, list[float]]):
@@ -55,6 +55,18 @@ def test_a_slower_first_measurement_that_the_second_does_not_confirm_changes_not
     )
     result = quantize(*net, Recipe())
     assert all(d.precision == "int8" for d in result.decisions if d.op_type in ("Conv", "Gemm"))
+
+
+def test_nodes_are_timed_at_the_batch_the_model_will_be_served_at(net, monkeypatch):
+    rows = []
+
+    def compare_sessions(models, feeds, threads, seconds, rounds, min_block):
+        rows.append(len(feeds["x"]))
+        return {"int8": {"latency_ms_p50": 0.5}, "fp32": {"latency_ms_p50": 1.0}}
+
+    monkeypatch.setattr(kernel_timing.bench, "compare_sessions", compare_sessions)
+    quantize(*net, Recipe(), RunOptions(serve_batch=3))
+    assert rows and set(rows) == {3}
 
 
 def test_nothing_is_timed_for_another_cpus_target_or_when_switched_off(net, monkeypatch):

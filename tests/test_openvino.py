@@ -9,7 +9,7 @@ import numpy as np
 import onnx
 from graphs import conv_net, images
 
-from quantize import Recipe, keep_fp32_if_slower, quantize
+from quantize import Recipe, keep_fp32_unless_faster, quantize
 from quantize.runtime import OpenVINOSession, session
 from quantize.validate import sqnr_db
 
@@ -58,5 +58,5 @@ def test_the_speed_check_of_a_model_made_for_openvino_opens_openvino_sessions(
         return OpenVINOSession(model, threads) if runtime == "openvino" else session(model)
 
     monkeypatch.setattr("quantize.bench.runtime_session", recording_session)
-    keep_fp32_if_slower(result, seconds=0.2)
+    keep_fp32_unless_faster(result, seconds=0.2)
     assert opened and set(opened) == {"openvino"}

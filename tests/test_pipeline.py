@@ -132,6 +132,8 @@ def test_a_fixed_batch_dimension_is_respected(tmp_path):
     )
     assert result.calibration_samples == 24 and result.sqnr_samples == "4 held-out samples"
     assert min(result.output_sqnr_db.values()) > 20
+    with pytest.raises(InputError, match="its batch is fixed at 4: it cannot be served at 8"):
+        quantize(tmp_path / "fixed.onnx", tmp_path / "c.npy", options=RunOptions(serve_batch=8))
 
 
 def test_every_op_of_the_policy_table_becomes_an_integer_kernel(tmp_path):

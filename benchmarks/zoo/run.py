@@ -1,4 +1,5 @@
-"""Every zoo model quantized by the CLI with its defaults (`quantize MODEL --calib DATA`), its task
+"""Every zoo model quantized by the CLI with its defaults and the batch it is served at
+(`quantize MODEL --calib DATA --serve-batch N`), its task
 fidelity against FP32, and its speed against FP32 (as exported, and after quantize's clean-up: the
 graph INT8 starts from) and against the rivals set up as their docs advise: ONNX Runtime's
 quantize_static and quantize_dynamic, and NNCF run by OpenVINO; ours is also made for OpenVINO
@@ -48,9 +49,13 @@ def run_model(
     rivals: bool = True,
     cli_options: tuple[str, ...] = (),
 ) -> dict:
-    """Quantize `model` as a user would (the CLI's defaults, plus `cli_options`), then measure
-    fidelity (and speed when `seconds`), of ONNX Runtime's quantizers too when `rivals`."""
+    """Quantize `model` as a user would (the CLI's defaults, told the batch it will be served at,
+    plus `cli_options`), then measure fidelity (and speed when `seconds`), of ONNX Runtime's
+    quantizers too when `rivals`."""
     path = model.build()
+    feeds = model.evaluation(evaluation)
+    batch = len(next(iter(feeds[0].values())))
+    cli_options = ("--serve-batch", str(batch), *cli_options)
     fp32 = onnx.load(path)
     record = {
         "name": model.name,
@@ -105,7 +110,6 @@ def run_model(
                 record["rivals"][name] = {"status": "ok"}
             except Exception as exc:  # a rival's failure is a result, recorded as it reads
                 record["rivals"][name] = {"status": _error_line(exc)}
-    feeds = model.evaluation(evaluation)
     outputs, runners = {}, {}
     for name, variant in list(variants.items()):
         try:
@@ -126,7 +130,6 @@ def run_model(
     )
     record["fidelity_detail"] = fidelity
     if seconds:
-        batch = len(next(iter(feeds[0].values())))
         calls = {name: partial(runner.run, None, feeds[0]) for name, runner in runners.items()}
         speed = compare(calls, batch, min_seconds=seconds)
         ours = speed["int8"]["throughput"]
