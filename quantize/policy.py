@@ -9,6 +9,7 @@ QuantizeLinear, which is slower than plain FP32.
 
 from dataclasses import dataclass, field
 
+import numpy as np
 import onnx_ir as ir
 
 
@@ -20,6 +21,7 @@ class OpRule:
     same_range: bool = False  # data movement: output keeps the input's scale and zero point
     constant_operands: bool = False  # constant activation inputs (a bias Add) become uint8 tensors
     between_int8: bool = False  # only with INT8 before and after: alone it costs a Q/DQ pair
+    divisor: int | None = None  # constant input it divides by: lowered to a Mul by its reciprocal
 
 
 RULES: dict[str, OpRule] = {
@@ -28,6 +30,7 @@ RULES: dict[str, OpRule] = {
     "MatMul": OpRule(activations=(0, 1), weight=1),
     "Add": OpRule(activations=(0, 1), constant_operands=True),
     "Mul": OpRule(activations=(0, 1), constant_operands=True),
+    "Div": OpRule(divisor=1),  # QLinearMul by 1/c (passes/div_to_mul.py)
     "Concat": OpRule(activations=tuple(range(64))),
     "GlobalAveragePool": OpRule(),
     "AveragePool": OpRule(),
@@ -124,6 +127,10 @@ def select_nodes(
                 "a MatMul of two activations (attention), FP32 in this recipe"
                 if activations
                 else "its weight is not a constant"
+            )
+        elif rule.divisor is not None and not _has_reciprocal(node, rule.divisor):
+            reasons[node.name] = (
+                "it divides by an activation or by zero: no INT8 kernel in ONNX Runtime"
             )
         elif rule.same_range and not _fed_by(node, chosen):
             reasons[node.name] = OUTSIDE_INT8
@@ -250,6 +257,13 @@ def _has_constant(node: ir.Node, index: int) -> bool:
     )
 
 
+def _has_reciprocal(node: ir.Node, index: int) -> bool:
+    """Is input `index` a float constant without a zero?"""
+    if not _has_constant(node, index) or not is_float(node.inputs[index]):
+        return False
+    return bool(np.all(node.inputs[index].const_value.numpy() != 0))
+
+
 def _fed_by(node: ir.Node, chosen: set[str]) -> bool:
     producer = node.inputs[0].producer() if node.inputs and node.inputs[0] is not None else None
     if producer is not None and producer.op_type in ABSORBABLE_ACTIVATIONS:
@@ -258,6 +272,6 @@ def _fed_by(node: ir.Node, chosen: set[str]) -> bool:
 
 
 # The transformer policy's FP32 ops beyond those with no INT8 rule (LayerNormalization,
-# Gelu/Erf, ...): the residual-stream Adds and the scaling Muls, whose ranges are set by a few
+# Gelu/Erf, ...): the residual-stream Adds and the scaling Muls and Divs (attention's 1/sqrt(d)), whose ranges are set by a few
 # outliers, and the key/value cache Concats (benchmarks/translator.py measures the alternative).
-TRANSFORMER_FP32_OPS = ("Add", "Mul", "Concat")
+TRANSFORMER_FP32_OPS = ("Add", "Mul", "Div", "Concat")

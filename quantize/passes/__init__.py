@@ -5,7 +5,7 @@ cleanup(model)          shape inference, constant folding, BatchNorm folding, de
                         Conv3D -> 2D Conv, Reshapes before Transposes, Transpose merging and hoisting
                         through layout-blind ops,
                         dead nodes
-lower_to_qdq(model, p)  carry out a QuantPlan: absorb Relus, fold smoothing that no INT8 node reads back
+lower_to_qdq(model, p)  carry out a QuantPlan: absorb Relus, Divs by constants as Muls, fold smoothing that no INT8 node reads back
                         into the weights, insert Q/DQ pairs, a residual Conv for chosen inputs, widen
                         chosen Conv outputs
 """
@@ -14,6 +14,7 @@ import onnx_ir as ir
 from onnx_ir.passes import common
 
 from quantize.passes.absorb_activation import AbsorbActivationPass
+from quantize.passes.div_to_mul import DivToMulPass
 from quantize.passes.drop_idle_scaling import DropIdleScalingPass
 from quantize.passes.fold_batchnorm import FoldBatchNormPass
 from quantize.passes.fold_constants import FoldConstantsPass
@@ -33,6 +34,7 @@ from quantize.plan import QuantPlan
 
 __all__ = [
     "AbsorbActivationPass",
+    "DivToMulPass",
     "DropIdleScalingPass",
     "FoldBatchNormPass",
     "FoldConstantsPass",
@@ -89,6 +91,7 @@ def lower_to_qdq(model: ir.Model, plan: QuantPlan) -> ir.Model:
     passes = ir.passes.PassManager(
         [
             AbsorbActivationPass(plan),
+            DivToMulPass(plan),
             DropIdleScalingPass(plan),
             InsertQDQPass(plan),
             ResidualInputPass(plan),
