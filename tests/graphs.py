@@ -128,11 +128,16 @@ def mixed_ops_net() -> onnx.ModelProto:
         weight("w3", (8, 16, 3, 3)),
         weight("w4", (4, 8, 1, 1)),
     ]
+    return image_model(nodes, inits, "mixed", y_channels=4)
+
+
+def image_model(nodes, inits, name: str, y_channels: int) -> onnx.ModelProto:
+    """An opset-17 model of `nodes` from x(N,3,16,16) to y(N,y_channels,16,16)."""
     graph = helper.make_graph(
         nodes,
-        "mixed",
+        name,
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 16, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", y_channels, 16, 16])],
         inits,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])

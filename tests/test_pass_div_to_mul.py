@@ -4,8 +4,8 @@ Div by an activation, or by a constant with a zero, stays FP32 and says why."""
 import numpy as np
 import onnx
 import onnx_ir as ir
-from graphs import images, plan_for, run, run_pass
-from onnx import TensorProto, helper, numpy_helper
+from graphs import image_model, images, plan_for, run, run_pass
+from onnx import helper, numpy_helper
 
 from quantize import Recipe, quantize
 from quantize.passes import DivToMulPass
@@ -36,16 +36,7 @@ def hard_swish_net(divisor=6.0) -> onnx.ModelProto:
         numpy_helper.from_array(np.float32(6), "six"),
         numpy_helper.from_array(np.asarray(divisor, np.float32), "divisor"),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "hard_swish",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 16, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4, 16, 16])],
-        inits,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
+    return image_model(nodes, inits, "hard_swish", y_channels=4)
 
 
 def _typed(model: onnx.ModelProto) -> ir.Model:
