@@ -2,6 +2,7 @@
 weights go to external data."""
 
 import os
+import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -11,16 +12,27 @@ import onnx
 
 @contextmanager
 def atomic_path(target: Path):
-    """Yield a temporary path in the target's directory; on success it replaces `target`."""
+    """Yield a temporary path in the target's directory; on success it replaces `target`, with
+    the permissions a plain write would leave (mkstemp's are owner-only)."""
     target = Path(target)
     fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
     os.close(fd)
     try:
         yield Path(tmp)
+        os.chmod(tmp, _plain_write_mode(target))
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
             os.unlink(tmp)
+
+
+def _plain_write_mode(target: Path) -> int:
+    """An existing file keeps its mode; a new one gets 0o666 less the umask."""
+    if target.exists():
+        return stat.S_IMODE(target.stat().st_mode)
+    umask = os.umask(0)
+    os.umask(umask)
+    return 0o666 & ~umask
 
 
 def write_text(target: Path, text: str) -> None:

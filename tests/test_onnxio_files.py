@@ -1,4 +1,5 @@
-"""Models past protobuf's 2 GB limit: exercised by lowering the limit for the test."""
+"""Output files: models past protobuf's 2 GB limit (the limit lowered for the test), and the
+permissions an atomic write leaves."""
 
 import os
 
@@ -34,3 +35,17 @@ def test_large_models_go_through_external_data_everywhere(
     np.testing.assert_array_equal(from_disk, session(result.model).run(None, {"x": x})[0])
     fp32 = session(small).run(None, {"x": x})[0]
     assert np.abs(from_disk - fp32).max() < 0.1 * np.abs(fp32).max()
+
+
+def test_an_atomic_write_leaves_the_permissions_a_plain_write_would(tmp_path):
+    new, kept = tmp_path / "report.json", tmp_path / "kept.json"
+    kept.write_text("old")
+    kept.chmod(0o640)
+    umask = os.umask(0o022)
+    try:
+        files.write_text(new, "{}")
+        files.write_text(kept, "{}")
+    finally:
+        os.umask(umask)
+    assert new.stat().st_mode & 0o777 == 0o644
+    assert kept.stat().st_mode & 0o777 == 0o640 and kept.read_text() == "{}"
