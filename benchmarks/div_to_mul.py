@@ -66,7 +66,7 @@ def run_model(model, calibration: int, evaluation: int, seconds: float) -> dict 
 
 def _table(records: list[dict]) -> str:
     rows = [
-        f"| {r['name']} | {r['divs']} | {r['bench_shape']} "
+        f"| {r['name']} | {r['divs']} | {' '.join('x'.join(map(str, s)) for s in r['bench_shape'].values())} "
         f"| {r['div']['over_fp32_cleaned']:.2f}x ({r['div']['boundaries']}, {r['div']['output_sqnr_db']:.1f} dB) "
         f"| {r['mul']['over_fp32_cleaned']:.2f}x ({r['mul']['boundaries']}, {r['mul']['output_sqnr_db']:.1f} dB) "
         f"| {r['mul']['over_fp32_cleaned'] / r['div']['over_fp32_cleaned']:.2f}x |"
@@ -74,7 +74,7 @@ def _table(records: list[dict]) -> str:
     ]
     return "\n".join(
         [
-            "| model | Divs by a constant | served batch | float Div: x FP32 cleaned (QuantizeLinears "
+            "| model | Divs by a constant | served shape | float Div: x FP32 cleaned (QuantizeLinears "
             "left, output SQNR) | QLinearMul by 1/c: the same | Mul over Div |",
             "|---|---|---|---|---|---|",
             *rows,
