@@ -8,20 +8,15 @@ DequantizeLinear and a QuantizeLinear. Speed against the cleaned FP32 graph at t
 batch, and output SQNR on held-out samples. Writes benchmarks/results/div_to_mul_TARGET.{json,md}.
 """
 
-import tempfile
 from functools import partial
-from pathlib import Path
-
-import numpy as np
 
 from benchmarks.results import sized, write_results
-from benchmarks.zoo.run import FULL, REDUCED, all_models
+from benchmarks.zoo.run import FULL, REDUCED, all_models, calibrated, untimed_recipe
 from quantize.bench import compare
 from quantize.frontend import load_model
 from quantize.passes import cleanup
-from quantize.pipeline import keep_fp32, quantize
+from quantize.pipeline import keep_fp32
 from quantize.policy import select_nodes
-from quantize.recipe import RunOptions, preset, preset_for
 from quantize.runtime import session
 from quantize.target import host_target
 
@@ -29,20 +24,14 @@ TITLE = "# A Div by a constant: QLinearMul by 1/c (DivToMulPass) against a float
 
 
 def run_model(model, calibration: int, evaluation: int, seconds: float) -> dict | None:
-    path = model.build()
-    fp32 = load_model(path)
-    recipe = preset(preset_for(fp32), fp32, kernel_timing=False)
+    fp32 = load_model(model.build())
+    recipe = untimed_recipe(fp32)
     graph = cleanup(fp32.clone())
     taken = select_nodes(graph, recipe.overrides.fp32, recipe.activation_matmuls).int8
     if not any(n.op_type == "Div" and n.name in taken for n in graph.graph):
         return None  # before calibrating: the recipe keeps every Div FP32
-    with tempfile.TemporaryDirectory() as tmp:
-        calib = Path(tmp) / "calib.npz"
-        np.savez(calib, **model.calibration(calibration))
-        as_mul = quantize(path, calib, recipe, RunOptions())
+    as_mul = calibrated(model, recipe, calibration)
     divs = [d.name for d in as_mul.decisions if d.op_type == "Div" and d.precision == "int8"]
-    if not divs:
-        return None
     as_div = keep_fp32(as_mul, dict.fromkeys(divs, "a float Div, as before DivToMulPass"))
     forms = {"fp32": as_mul.fp32_model, "mul": as_mul.model, "div": as_div.model}
     feeds = model.evaluation(evaluation)[0]

@@ -8,18 +8,13 @@ in one run. This is the evidence behind the weight choice (quantize/weight_choic
 benchmarks/results/weight_formats_TARGET.{json,md}.
 """
 
-import tempfile
 from functools import partial
-from pathlib import Path
-
-import numpy as np
 
 from benchmarks.results import sized, write_results
-from benchmarks.zoo.run import FULL, REDUCED, all_models
+from benchmarks.zoo.run import FULL, REDUCED, all_models, calibrated, untimed_recipe
 from quantize.bench import compare
 from quantize.frontend import load_model
-from quantize.pipeline import quantize, with_weights
-from quantize.recipe import RunOptions, preset, preset_for
+from quantize.pipeline import with_weights
 from quantize.runtime import session
 from quantize.target import WEIGHT_FORMATS, host_target, saturated_by
 
@@ -31,13 +26,7 @@ def formats(target: str) -> list[str]:
 
 
 def run_model(model, calibration: int, evaluation: int, seconds: float) -> dict:
-    path = model.build()
-    fp32 = load_model(path)
-    recipe = preset(preset_for(fp32), fp32, kernel_timing=False)
-    with tempfile.TemporaryDirectory() as tmp:
-        calib = Path(tmp) / "calib.npz"
-        np.savez(calib, **model.calibration(calibration))
-        first = quantize(path, calib, recipe, RunOptions())
+    first = calibrated(model, untimed_recipe(load_model(model.build())), calibration)
     results = {
         name: first if name == first.recipe.weights else with_weights(first, name)
         for name in formats(first.recipe.target)

@@ -8,6 +8,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from functools import cached_property
 
 import numpy as np
 import onnx
@@ -78,7 +79,7 @@ class QuantizeResult:
     speed_check: str = "not measured"  # what keep_fp32_unless_faster measured and did
     weight_choice: str = ""  # why choose_weights took the recipe's weight format, if it chose
 
-    @property
+    @cached_property
     def served_feeds(self) -> dict[str, np.ndarray]:
         """The first held-out batch at the batch the model will be served at: what is timed."""
         return served(self.held_out[0], self.options.serve_batch)

@@ -14,12 +14,14 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 
 from benchmarks.rivals import nncf_int8, ort_quantize_dynamic, ort_quantize_static
 from benchmarks.zoo import minilm, ppocr, yolo
 from benchmarks.zoo.zoo_model import ZooModel
 from quantize.bench import compare
-from quantize.pipeline import WHOLE_FP32, cleaned_fp32
+from quantize.pipeline import WHOLE_FP32, QuantizeResult, cleaned_fp32, quantize
+from quantize.recipe import Recipe, RunOptions, preset, preset_for
 from quantize.runtime import OpenVINOSession, session
 
 FULL = {"calibration": 256, "evaluation": 120, "seconds": 8.0}
@@ -39,6 +41,20 @@ OPENVINO = ("nncf_openvino", "int8_openvino")
 
 def all_models() -> list[ZooModel]:
     return [*minilm.models(), *ppocr.models(), *yolo.models()]
+
+
+def untimed_recipe(fp32: ir.Model) -> Recipe:
+    """The CLI's auto preset for `fp32` with kernel timing off, so that lowerings of one
+    calibration differ only where a benchmark makes them differ."""
+    return preset(preset_for(fp32), fp32, kernel_timing=False)
+
+
+def calibrated(model: ZooModel, recipe: Recipe, samples: int) -> QuantizeResult:
+    """`model` quantized under `recipe` on its first `samples` calibration samples."""
+    with tempfile.TemporaryDirectory() as tmp:
+        calib = Path(tmp) / "calib.npz"
+        np.savez(calib, **model.calibration(samples))
+        return quantize(model.build(), calib, recipe, RunOptions())
 
 
 def run_model(
