@@ -29,9 +29,9 @@ from quantize.passes.drop_idle_scaling import idle_scaling_muls
 from quantize.passes.smooth_activations import scaling_muls, smoothing_scales, weight_gemm_readers
 from quantize.plan import make_plan
 from quantize.policy import (
-    ABSORBABLE_ACTIVATIONS,
     NodeDecision,
     Selection,
+    clamps_at_zero,
     decisions,
     is_float,
     select_nodes,
@@ -438,7 +438,7 @@ def input_specs(model: onnx.ModelProto) -> list[InputSpec]:
 
 def observed_tensors(graph: ir.Model, nodes: set[str]) -> list[str]:
     """The float activations the plan may quantize: inputs and outputs of candidate nodes,
-    and the outputs of Relus after them (their range replaces the Relu)."""
+    and the outputs of Relus and Clips from 0 after them (their range replaces the activation)."""
     names: dict[str, None] = {}
     for node in graph.graph:
         if node.name not in nodes:
@@ -447,7 +447,7 @@ def observed_tensors(graph: ir.Model, nodes: set[str]) -> list[str]:
             if is_float(value) and value.const_value is None:
                 names[value.name] = None
         for user, _ in node.outputs[0].uses():
-            if user.op_type in ABSORBABLE_ACTIVATIONS:
+            if clamps_at_zero(user):
                 names[user.outputs[0].name] = None
     return list(names)
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import onnx_ir as ir
 
 from calibration import StreamingHistogram, choose_range
-from quantize.policy import ABSORBABLE_ACTIVATIONS, FLOAT_OUTPUT_FUSIONS, RULES
+from quantize.policy import FLOAT_OUTPUT_FUSIONS, RULES, clamps_at_zero
 from quantize.recipe import Recipe
 from quantize.target import WEIGHT_FORMATS, WeightFormat
 
@@ -21,7 +21,7 @@ class QuantPlan:
     weights: WeightFormat  # the recipe's (quantize/target.py)
     absorbed: dict[str, str] = field(
         default_factory=dict
-    )  # Relu node -> tensor whose uint8 clamp replaces it
+    )  # Relu or Clip node -> tensor whose uint8 clamp replaces it
     wide: set[str] = field(
         default_factory=set
     )  # Convs whose output is requantized at two scales (passes/widen_output.py)
@@ -71,9 +71,10 @@ def make_plan(
 
 
 def _absorbable(node: ir.Node, nodes: set[str]) -> bool:
-    """A Relu after a quantized op, alone on that op's output: a zero point of 0 clamps it, if
+    """A Relu or Clip from 0 after a quantized op, alone on that op's output: a zero point of 0
+    clamps it, if
     the output is quantized at all (a GEMM's output stays float when no INT8 op reads it)."""
-    if node.op_type not in ABSORBABLE_ACTIVATIONS or node.outputs[0].is_graph_output():
+    if not clamps_at_zero(node) or node.outputs[0].is_graph_output():
         return False
     source = node.inputs[0]
     producer = source.producer()

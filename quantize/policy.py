@@ -50,8 +50,24 @@ RULES: dict[str, OpRule] = {
     "Tile": OpRule(same_range=True),
 }
 
-# Ops whose float output, if it feeds only a quantized op's range, the uint8 clamp reproduces.
-ABSORBABLE_ACTIVATIONS = {"Relu"}
+
+def clamps_at_zero(node: ir.Node) -> bool:
+    """A Relu, or a Clip from 0 (hard-swish's clip(x + 3, 0, 6), ReLU6): if its input's range
+    starts at 0, the uint8 clamp of a quantized op's output reproduces it (its output's range
+    never passes the upper bound)."""
+    if node.op_type == "Relu":
+        return True
+    if node.op_type != "Clip" or len(node.inputs) < 2 or node.inputs[1] is None:
+        return False
+    low = node.inputs[1].const_value
+    high = node.inputs[2] if len(node.inputs) > 2 else None
+    return (
+        low is not None
+        and low.numpy().size == 1
+        and float(low.numpy().ravel()[0]) == 0.0
+        and (high is None or high.const_value is not None)
+    )
+
 
 # ORT fuses these with a float output (QGemm, MatMulIntegerToFloat): when no quantized op reads
 # their output (a graph output, an FP32 op next), it stays float, with no requantization.
@@ -115,7 +131,7 @@ def select_nodes(
         elif node.name in excluded or node.op_type in excluded:
             reasons[node.name] = "excluded by the user"
         elif rule is None:
-            if node.op_type not in ABSORBABLE_ACTIVATIONS:
+            if not clamps_at_zero(node):
                 reasons[node.name] = "no INT8 kernel in ONNX Runtime"
         elif (
             rule.weight is not None
@@ -162,7 +178,7 @@ def decisions(
             out.append(NodeDecision(node.name, node.op_type, "int8"))
         elif node.name in selection.fp32:
             out.append(NodeDecision(node.name, node.op_type, "fp32", selection.fp32[node.name]))
-        elif node.op_type in ABSORBABLE_ACTIVATIONS and is_float(node.outputs[0]):
+        elif clamps_at_zero(node) and is_float(node.outputs[0]):
             producer = node.inputs[0].producer()
             before = (
                 "is an INT8 GEMM whose output stays float"
@@ -174,7 +190,7 @@ def decisions(
                     node.name,
                     node.op_type,
                     "fp32",
-                    f"the op before it {before} (a Relu runs in INT8 only as a uint8 clamp)",
+                    f"the op before it {before} (a {node.op_type} runs in INT8 only as a uint8 clamp)",
                 )
             )
     return out
@@ -266,7 +282,7 @@ def _has_reciprocal(node: ir.Node, index: int) -> bool:
 
 def _fed_by(node: ir.Node, chosen: set[str]) -> bool:
     producer = node.inputs[0].producer() if node.inputs and node.inputs[0] is not None else None
-    if producer is not None and producer.op_type in ABSORBABLE_ACTIVATIONS:
+    if producer is not None and clamps_at_zero(producer):
         producer = producer.inputs[0].producer()
     return producer is not None and producer.name in chosen
 

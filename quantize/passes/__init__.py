@@ -1,6 +1,8 @@
 """Graph rewrites, each an onnx-ir pass: FP32 clean-up first, then lowering to Q/DQ.
 
-cleanup(model)          shape inference, constant folding, BatchNorm folding, decomposed
+cleanup(model)          shape inference, constant folding, BatchNorm folding, Mul/Div-by-constant
+                        chains into one Mul, per-channel scales and shifts into the Convs
+                        beside them, decomposed
                         LayerNorm -> LayerNormalization, MatMul+bias -> Gemm, zero Pads into Convs, upsampling into Convs,
                         Conv3D -> 2D Conv, Reshapes before Transposes, Transpose merging and hoisting
                         through layout-blind ops,
@@ -19,7 +21,10 @@ from quantize.passes.drop_idle_scaling import DropIdleScalingPass
 from quantize.passes.fold_batchnorm import FoldBatchNormPass
 from quantize.passes.fold_constants import FoldConstantsPass
 from quantize.passes.fold_conv3d import FoldConv3DPass
+from quantize.passes.fold_conv_input_affine import FoldConvInputAffinePass
+from quantize.passes.fold_conv_output_affine import FoldConvOutputAffinePass
 from quantize.passes.fold_pad import FoldPadIntoConvPass
+from quantize.passes.fold_scaling import FoldScalingPass
 from quantize.passes.fold_upsample import FoldUpsampleIntoConvPass
 from quantize.passes.fuse_layernorm import FuseLayerNormPass
 from quantize.passes.hoist_transpose import HoistTransposePass
@@ -38,8 +43,11 @@ __all__ = [
     "DropIdleScalingPass",
     "FoldBatchNormPass",
     "FoldConstantsPass",
+    "FoldConvInputAffinePass",
+    "FoldConvOutputAffinePass",
     "FoldConv3DPass",
     "FoldPadIntoConvPass",
+    "FoldScalingPass",
     "FoldUpsampleIntoConvPass",
     "FuseLayerNormPass",
     "HoistTransposePass",
@@ -65,6 +73,9 @@ def cleanup(model: ir.Model) -> ir.Model:
             common.RemoveUnusedNodesPass(),
             FoldConstantsPass(),
             FoldBatchNormPass(),
+            FoldScalingPass(),
+            FoldConvOutputAffinePass(),
+            FoldConvInputAffinePass(),
             common.ShapeInferencePass(),  # the Gemm and LayerNorm fusions need input ranks
             FuseLayerNormPass(),
             MatMulToGemmPass(),

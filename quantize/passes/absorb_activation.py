@@ -1,4 +1,5 @@
-"""Remove the Relus that the plan folds into the uint8 quantization of their input."""
+"""Remove the Relus and Clips from 0 that the plan folds into the uint8 quantization of their
+input."""
 
 import onnx_ir as ir
 
@@ -6,10 +7,10 @@ from quantize.plan import QuantPlan
 
 
 class AbsorbActivationPass(ir.passes.InPlacePass):
-    """Deletes each Relu the plan absorbed, its readers reading its input instead.
+    """Deletes each activation the plan absorbed, its readers reading its input instead.
 
     Precondition: the input's planned range starts at 0, so the uint8 zero point clamps as the
-    Relu did."""
+    activation did (and a Clip's upper bound: the range ends at its output's, within it)."""
 
     def __init__(self, plan: QuantPlan):
         super().__init__()

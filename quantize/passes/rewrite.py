@@ -3,8 +3,15 @@
 import numpy as np
 import onnx_ir as ir
 
+FLOATS = (ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16, ir.DataType.DOUBLE)
+
 
 def add_initializer(graph: ir.Graph, name: str, array: np.ndarray) -> ir.Value:
+    """A new initializer named `name`, or `name_K` if a folding before took that name."""
+    taken, stem, count = graph.initializers, name, 0
+    while name in taken:
+        count += 1
+        name = f"{stem}_{count}"
     value = ir.Value(name=name, const_value=ir.tensor(np.asarray(array), name=name))
     value.shape, value.type = value.const_value.shape, ir.TensorType(value.const_value.dtype)
     graph.register_initializer(value)
@@ -104,3 +111,42 @@ class FusionPass(ir.passes.InPlacePass):
                 self.rewrite(model.graph, node, found)
                 count += 1
         return ir.passes.PassResult(model, modified=count > 0)
+
+
+def channel_vector(value: ir.Value, channels: int, rank: int) -> np.ndarray | None:
+    """A constant that broadcasts against a rank-`rank` NC... tensor along its channels only,
+    as one float64 factor per channel; None for any other value."""
+    if value.const_value is None or value.const_value.dtype not in FLOATS:
+        return None
+    array = value.const_value.numpy().astype(np.float64)
+    if array.ndim > rank:
+        return None
+    shape = (1,) * (rank - array.ndim) + array.shape
+    if any(size != 1 for axis, size in enumerate(shape) if axis != 1) or shape[1] not in (
+        1,
+        channels,
+    ):
+        return None
+    return np.broadcast_to(array.reshape(-1), (channels,)).copy()
+
+
+def conv_bias(conv: ir.Node) -> np.ndarray | None:
+    """The Conv's bias as a float64 array (zeros when it has none); None if it is not constant."""
+    weight = conv.inputs[1].const_value
+    if len(conv.inputs) < 3 or conv.inputs[2] is None:
+        return np.zeros(weight.shape[0])
+    bias = conv.inputs[2].const_value
+    return None if bias is None else bias.numpy().astype(np.float64)
+
+
+def conv_with(
+    graph: ir.Graph, conv: ir.Node, x: ir.Value, weight: np.ndarray, bias: np.ndarray, tag: str
+) -> ir.Node:
+    """A copy of `conv` (same name and attributes) that reads `x` with these weights and bias,
+    in the dtype of its weights; not yet in the graph."""
+    dtype = conv.inputs[1].const_value.dtype.numpy()
+    w_value = add_initializer(graph, f"{conv.name}_{tag}_weight", weight.astype(dtype))
+    b_value = add_initializer(graph, f"{conv.name}_{tag}_bias", bias.astype(dtype))
+    return ir.Node(
+        "", "Conv", [x, w_value, b_value], attributes=conv.attributes.values(), name=conv.name
+    )
