@@ -23,7 +23,7 @@ from calibration import (
 )
 from calibration.histogram import BEYOND_LIMIT
 from onnxio import InputError
-from quantize import bench, coverage, kernel_timing, passes
+from quantize import bench, bias_correction, coverage, kernel_timing, passes
 from quantize.frontend import load_model
 from quantize.passes.drop_idle_scaling import idle_scaling_muls
 from quantize.passes.smooth_activations import scaling_muls, smoothing_scales, weight_gemm_readers
@@ -44,6 +44,7 @@ from quantize.validate import layer_sqnr, output_sqnr
 __version__ = "0.1.0"
 PREPROCESS_KEY = "quantize.preprocess"
 WHOLE_FP32 = "the whole model stays FP32"  # the speed check's verdict, as its reason ends
+BIAS_SAMPLES = 16  # calibration samples the bias corrections are measured on
 WIN_MARGIN = 0.05  # the share of FP32's time an INT8 model must save to be kept
 
 
@@ -59,6 +60,9 @@ class Calibration:
     histograms: dict
     samples: int
     seconds: float
+    bias_shifts: dict = field(
+        default_factory=dict
+    )  # Conv -> what its bias drops (bias_correction.py)
 
 
 @dataclass
@@ -78,6 +82,7 @@ class QuantizeResult:
     calibration: Calibration = field(repr=False)
     speed_check: str = "not measured"  # what keep_fp32_unless_faster measured and did
     weight_choice: str = ""  # why choose_weights took the recipe's weight format, if it chose
+    bias_correction: str = "off"  # what correcting the Convs' biases measured and did
 
     @cached_property
     def served_feeds(self) -> dict[str, np.ndarray]:
@@ -181,7 +186,39 @@ def quantize(
         if held_range[0] >= n_cal
         else f"{held_range[1]} calibration samples (none left to hold out)"
     )
-    return _lower(calibration, recipe, options, held_out, sqnr_samples, {})
+    result = _lower(calibration, recipe, options, held_out, sqnr_samples, {})
+    if not recipe.bias_correction:
+        return result
+    rows = batch_size if fixed else min(n_cal, BIAS_SAMPLES)
+    return _correct_biases(result, next(source.batches(0, rows, rows)))
+
+
+def _correct_biases(result: QuantizeResult, batch: dict) -> QuantizeResult:
+    """`result` with its INT8 Convs' biases corrected on `batch`, if that raises the worst
+    output's SQNR on the held-out samples; else `result`, saying what was measured."""
+    int8 = {d.name for d in result.decisions if d.precision == "int8"}
+    convs = bias_correction.correctable(result.calibration.graph, int8)
+    if not convs:
+        return replace(result, bias_correction="no INT8 Conv with a bias")
+
+    def with_shifts(shifts: dict) -> QuantizeResult:
+        return replace(result, calibration=replace(result.calibration, bias_shifts=shifts))
+
+    shifts = bias_correction.bias_shifts(
+        convs,
+        result.fp32_model,
+        lambda so_far: qdq_model(with_shifts(so_far), set()),
+        batch,
+        result.options.threads,
+    )
+    corrected = keep_fp32(with_shifts(shifts), {})
+    before, after = min(result.output_sqnr_db.values()), min(corrected.output_sqnr_db.values())
+    measured = (
+        f"output SQNR {before:.1f} dB -> {after:.1f} dB with {len(convs)} Conv biases corrected"
+    )
+    if after > before:
+        return replace(corrected, bias_correction=f"{measured}: kept")
+    return replace(result, bias_correction=f"{measured}: not kept")
 
 
 def keep_fp32(result: QuantizeResult, fallback: dict[str, str]) -> QuantizeResult:
@@ -286,7 +323,9 @@ def qdq_model(result: QuantizeResult, fp32_nodes: set[str]) -> onnx.ModelProto:
         result.calibration.histograms,
         result.recipe,
     )
-    return _for_ort(passes.lower_to_qdq(graph.clone(), plan))
+    return _for_ort(
+        passes.lower_to_qdq(bias_correction.shifted(graph, result.calibration.bias_shifts), plan)
+    )
 
 
 def _lower(
@@ -300,7 +339,7 @@ def _lower(
     clean, graph = calibration.clean, calibration.graph
     selection = calibration.selection.without(fallback)
     int8, plan, executed, selection = _lower_without_islands(
-        graph, selection, calibration.histograms, recipe
+        graph, selection, calibration.histograms, recipe, calibration.bias_shifts
     )
     _stamp(int8, calibration.original, recipe)
     folded = {mul.name for mul in idle_scaling_muls(graph, plan.nodes)}  # back into FP32 weights
@@ -323,12 +362,14 @@ def _lower(
     )
 
 
-def _lower_without_islands(graph: ir.Model, selection: Selection, histograms: dict, recipe: Recipe):
-    """Lower to Q/DQ, then send every planned node ORT would still run in float back to FP32,
+def _lower_without_islands(
+    graph: ir.Model, selection: Selection, histograms: dict, recipe: Recipe, bias_shifts: dict
+):
+    """Lower to Q/DQ (`bias_shifts` taken from the Convs' biases), then send every planned node ORT would still run in float back to FP32,
     until none is left. Returns the INT8 model, its plan, ORT's executed graph, and the selection."""
     while True:  # ends: every round sends at least one planned node back to FP32
         plan = make_plan(graph, set(selection.int8), histograms, recipe)
-        int8 = _for_ort(passes.lower_to_qdq(graph.clone(), plan))
+        int8 = _for_ort(passes.lower_to_qdq(bias_correction.shifted(graph, bias_shifts), plan))
         executed = coverage.optimized_graph(int8)
         found = coverage.float_islands(executed, plan.nodes)
         if not found:

@@ -60,6 +60,9 @@ class Recipe:
     weights: str = "auto"
     activation_matmuls: bool = True  # also MatMuls of two activations (attention scores, context)
     kernel_timing: bool = True  # on this machine's target, keep FP32 the Convs/GEMMs whose INT8 kernel measures slower
+    bias_correction: bool = (
+        True  # shift INT8 Convs' biases by their mean error, if the output SQNR gains
+    )
     overrides: NodeOverrides = NodeOverrides()
     runtime: str = "onnxruntime"  # what the model will run in: the speed checks time it there
 
@@ -128,6 +131,7 @@ class Recipe:
             "weights": self.weights,
             "activation_matmuls": self.activation_matmuls,
             "kernel_timing": self.kernel_timing,
+            "bias_correction": self.bias_correction,
             "overrides": {k: list(v) for k, v in asdict(self.overrides).items()},
             "runtime": self.runtime,
         }

@@ -26,13 +26,14 @@ from quantize.runtime import OpenVINOSession, session
 
 FULL = {"calibration": 256, "evaluation": 120, "seconds": 8.0}
 # few samples and no timing at all, so neither the CLI's per-node kernel timing nor its fallback
-# trials: `make bench-quick`, and the suite (tests/test_zoo.py)
+# trials nor its bias correction (a lowering per Conv): `make bench-quick`, and the suite
+# (tests/test_zoo.py)
 REDUCED = {
     "calibration": 16,
     "evaluation": 12,
     "seconds": 0.0,
     "rivals": False,
-    "cli_options": ("--no-kernel-timing", "--keep-low-fidelity"),
+    "cli_options": ("--no-kernel-timing", "--keep-low-fidelity", "--no-bias-correction"),
 }
 RIVALS = ("ort_static", "ort_dynamic", "nncf_openvino", "int8_openvino")
 # Run by OpenVINO (dynamic shapes: the zoo's inputs vary in size), the rest by ONNX Runtime.

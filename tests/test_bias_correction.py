@@ -1,0 +1,44 @@
+"""Bias correction (quantize/bias_correction.py): each Conv's shift is the mean error it still
+sees with the shifts before it applied, and quantize keeps the corrected model only where it
+raises the output SQNR."""
+
+import numpy as np
+import onnx
+import onnx_ir as ir
+from graphs import conv_net, images
+
+from quantize import Recipe, quantize
+from quantize.bias_correction import bias_shifts, correctable, shifted
+from quantize.passes import cleanup
+
+
+def test_shifts_undo_a_known_bias_error_in_the_first_conv_and_leave_the_next_one_alone():
+    graph = cleanup(ir.serde.deserialize_model(conv_net()))
+    convs = correctable(graph, {n.name for n in graph.graph})
+    first, second = convs[0].name, convs[1].name
+    error = np.linspace(-0.5, 0.5, convs[0].inputs[2].const_value.shape[0]).astype(np.float32)
+    wrong = shifted(graph, {first: -error})  # the "INT8" model: conv1's bias off by `error`
+
+    def lowered(shifts):
+        return ir.serde.serialize_model(shifted(wrong, shifts))
+
+    fp32 = ir.serde.serialize_model(graph)
+    shifts = bias_shifts(convs, fp32, lowered, {"x": images(8)}, threads=1)
+    np.testing.assert_allclose(shifts[first], error, atol=1e-5)
+    np.testing.assert_allclose(
+        shifts[second], 0, atol=1e-5
+    )  # conv1 corrected before it is measured
+
+
+def test_quantize_keeps_the_correction_only_where_the_output_sqnr_gains(tmp_path):
+    onnx.save(conv_net(), str(tmp_path / "net.onnx"))
+    np.save(tmp_path / "x.npy", images(96))
+    args = (tmp_path / "net.onnx", tmp_path / "x.npy")
+    corrected = quantize(*args, Recipe(kernel_timing=False))
+    plain = quantize(*args, Recipe(kernel_timing=False, bias_correction=False))
+    assert plain.bias_correction == "off"
+    measured = corrected.bias_correction
+    assert "Conv biases corrected" in measured and measured.endswith(("kept", "not kept"))
+    gained = min(corrected.output_sqnr_db.values()) - min(plain.output_sqnr_db.values())
+    assert gained > 0 if measured.endswith(": kept") else gained == 0
+    assert bool(corrected.calibration.bias_shifts) == measured.endswith(": kept")
