@@ -248,3 +248,50 @@ def run_pass(rewrite: ir.passes.PassBase, model: onnx.ModelProto) -> ir.Model:
         [common.ShapeInferencePass(), rewrite, common.RemoveUnusedNodesPass()]
     )
     return chain(ir.serde.deserialize_model(model)).model
+
+
+def lcnet_block(extra_reader: bool = False) -> onnx.ModelProto:
+    """x -> Conv (pad 1) -> * s1 + b1 -> hard-swish (c * clip(c + 3, 0, 6) / 6) -> * a + b2 ->
+    depthwise Conv (pad 1) -> * s2 (per channel) + b3 -> 1x1 Conv -> y; with `extra_reader`,
+    the depthwise Conv's output is also a second output."""
+    rng = np.random.default_rng(0)
+
+    def const(name, value):
+        return numpy_helper.from_array(np.asarray(value, np.float32), name)
+
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1], name="conv1"),
+        helper.make_node("Mul", ["s1", "c1"], ["c1s"], name="scale1"),
+        helper.make_node("Add", ["c1s", "b1"], ["c"], name="shift1"),
+        helper.make_node("Add", ["c", "three"], ["c3"], name="add3"),
+        helper.make_node("Clip", ["c3", "zero", "six"], ["clipped"], name="clip"),
+        helper.make_node("Mul", ["c", "clipped"], ["m"], name="mul"),
+        helper.make_node("Div", ["m", "six"], ["hs"], name="div6"),
+        helper.make_node("Mul", ["hs", "a"], ["hsa"], name="scale_act"),
+        helper.make_node("Add", ["hsa", "b2"], ["h"], name="shift_act"),
+        helper.make_node(
+            "Conv", ["h", "w2", "bias2"], ["d"], pads=[1, 1, 1, 1], group=8, name="depthwise"
+        ),
+        helper.make_node("Mul", ["d", "s2"], ["ds"], name="scale2"),
+        helper.make_node("Add", ["ds", "b3"], ["e"], name="shift2"),
+        helper.make_node("Conv", ["e", "w3"], ["y"], name="pointwise"),
+    ]
+    inits = [
+        const("w1", rng.normal(0, 0.3, (8, 3, 3, 3))),
+        const("w2", rng.normal(0, 0.3, (8, 1, 3, 3))),
+        const("bias2", rng.normal(0, 0.1, 8)),
+        const("w3", rng.normal(0, 0.3, (4, 8, 1, 1))),
+        const("s1", [1.7]),
+        const("b1", [0.4]),
+        const("three", 3),
+        const("zero", 0),
+        const("six", 6),
+        const("a", [0.9]),
+        const("b2", [-0.3]),
+        const("s2", rng.uniform(0.5, 2, (8, 1, 1))),
+        const("b3", rng.normal(0, 0.2, (1, 8, 1, 1))),
+    ]
+    model = image_model(nodes, inits, "lcnet_block", y_channels=4)
+    if extra_reader:
+        model.graph.output.append(helper.make_tensor_value_info("d", onnx.TensorProto.FLOAT, None))
+    return model

@@ -2,7 +2,7 @@
 
 import numpy as np
 import onnx_ir as ir
-from graphs import conv_net, images, ops, run
+from graphs import conv_net, images, lcnet_block, ops, run
 from onnx import helper
 
 from quantize import passes
@@ -19,3 +19,10 @@ def test_cleanup_removes_dead_nodes_and_names_every_node():
     assert all(n.name for n in cleaned.graph)
     x = images(2)
     np.testing.assert_allclose(run(cleaned, x), run(original, x), rtol=1e-4, atol=1e-5)
+
+
+def test_the_cleanup_leaves_one_add_and_one_mul_of_the_block_and_the_same_function():
+    cleaned = passes.cleanup(ir.serde.deserialize_model(lcnet_block()))
+    assert sorted(ops(cleaned)) == ["Add", "Add", "Clip", "Conv", "Conv", "Conv", "Mul"]
+    x = images(4)
+    np.testing.assert_allclose(run(cleaned, x), run(lcnet_block(), x), rtol=1e-4, atol=1e-4)

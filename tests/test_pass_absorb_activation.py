@@ -1,10 +1,11 @@
 """`AbsorbActivationPass` (quantize/passes/absorb_activation.py) on small hand-built graphs."""
 
 import numpy as np
+import onnx
 import onnx_ir as ir
-from graphs import conv_net, plan_for
+from graphs import conv_net, images, lcnet_block, ops, plan_for
 
-from quantize import passes
+from quantize import Recipe, passes, quantize
 
 
 def test_relu_after_a_quantized_op_is_absorbed_into_a_zero_point_of_zero():
@@ -16,3 +17,14 @@ def test_relu_after_a_quantized_op_is_absorbed_into_a_zero_point_of_zero():
     assert "relu1" not in {n.name for n in q.graph}
     zero_point = q.graph.initializers["c1_zero_point"].const_value.numpy()
     assert zero_point == 0 and zero_point.dtype == np.uint8
+
+
+def test_hard_swish_clip_is_the_uint8_clamp_of_the_add_before_it(tmp_path):
+    onnx.save(lcnet_block(), str(tmp_path / "block.onnx"))
+    np.save(tmp_path / "x.npy", images(96))
+    result = quantize(tmp_path / "block.onnx", tmp_path / "x.npy", Recipe(kernel_timing=False))
+    decisions = {d.name: (d.precision, d.reason) for d in result.decisions}
+    assert decisions["clip"] == ("int8", "folded into the uint8 clamp")
+    assert "Clip" not in ops(ir.serde.deserialize_model(result.model))
+    assert result.kernels["boundary"].get("QuantizeLinear", 0) <= 1  # the input's only
+    assert min(result.output_sqnr_db.values()) > 20
