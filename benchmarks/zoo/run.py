@@ -100,6 +100,7 @@ def run_model(
             verdict=summary["fidelity"]["verdict"],
             kernel_timing=summary["kernel_timing"],
             speed_check=summary["speed_check"],
+            bias_correction=summary["bias_correction"],
             weights=summary["weights"]["format"],
             weight_choice=summary["weights"]["choice"],
         )
