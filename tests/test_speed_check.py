@@ -9,7 +9,7 @@ from graphs import outlier_mlp
 
 from quantize import Recipe, RunOptions, pipeline, quantize
 from quantize.kernel_timing import MIN_GAIN_MS
-from quantize.pipeline import WHOLE_FP32, WIN_MARGIN, keep_fp32_unless_faster
+from quantize.pipeline import CLOSE_CALL, WHOLE_FP32, WIN_MARGIN, keep_fp32_unless_faster
 from quantize.runtime import session
 from quantize.target import TARGETS, host_target
 
@@ -60,7 +60,18 @@ def test_an_int8_model_at_fp32s_speed_buys_nothing_and_goes_back_to_fp32(result,
     _timed(monkeypatch, 10.0, 9.9, fp32_ms=10.0)
     checked = keep_fp32_unless_faster(result)
     assert "1.01x" in checked.speed_check and checked.speed_check.endswith(WHOLE_FP32)
-    _timed(monkeypatch, 10.0 * (1 - WIN_MARGIN) - 0.1, fp32_ms=10.0)
+    _timed(monkeypatch, 10.0 * (1 - WIN_MARGIN) - 0.1, 10.0 * (1 - WIN_MARGIN) - 0.1, fp32_ms=10.0)
+    assert keep_fp32_unless_faster(result).model is result.model
+
+
+def test_a_close_call_is_decided_by_a_second_longer_timing(result, monkeypatch):
+    close = 1.0 - (CLOSE_CALL + WIN_MARGIN) / 2  # faster by more than the margin, less than clearly
+    _timed(monkeypatch, close, 1.0)
+    checked = keep_fp32_unless_faster(result)
+    assert "1.00x" in checked.speed_check and checked.speed_check.endswith(WHOLE_FP32)
+    _timed(monkeypatch, close, close)
+    assert keep_fp32_unless_faster(result).model is result.model
+    _timed(monkeypatch, 1.0 - CLOSE_CALL - 0.01)  # clearly faster: one timing
     assert keep_fp32_unless_faster(result).model is result.model
 
 
@@ -69,7 +80,7 @@ def test_int8_is_kept_when_faster_short_by_less_than_timing_resolves_or_faster_a
 ):
     _timed(monkeypatch, 0.7)
     assert keep_fp32_unless_faster(result).model is result.model
-    _timed(monkeypatch, 1.0 - WIN_MARGIN + MIN_GAIN_MS / 2)
+    _timed(monkeypatch, 1.0 - WIN_MARGIN + MIN_GAIN_MS / 2, 1.0 - WIN_MARGIN + MIN_GAIN_MS / 2)
     assert keep_fp32_unless_faster(result).model is result.model
     _timed(monkeypatch, 1.2, 0.8)
     checked = keep_fp32_unless_faster(result)
