@@ -63,9 +63,8 @@ class Calibration:
     histograms: dict
     samples: int
     seconds: float
-    bias_shifts: dict = field(
-        default_factory=dict
-    )  # Conv -> what its bias drops (bias_correction.py)
+    # Conv -> what its bias drops, applied by every lowering (quantize/bias_correction.py)
+    bias_shifts: dict = field(default_factory=dict)
 
 
 @dataclass

@@ -72,8 +72,8 @@ def make_plan(
 
 def _absorbable(node: ir.Node, nodes: set[str]) -> bool:
     """A Relu or Clip from 0 after a quantized op, alone on that op's output: a zero point of 0
-    clamps it, if
-    the output is quantized at all (a GEMM's output stays float when no INT8 op reads it)."""
+    clamps it, if the output is quantized at all (a GEMM's output stays float when no INT8 op
+    reads it)."""
     if not clamps_at_zero(node) or node.outputs[0].is_graph_output():
         return False
     source = node.inputs[0]

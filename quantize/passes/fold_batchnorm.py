@@ -3,7 +3,13 @@
 import numpy as np
 import onnx_ir as ir
 
-from quantize.passes.rewrite import FusionPass, add_initializer, replace_nodes
+from quantize.passes.rewrite import (
+    FusionPass,
+    constant_weights,
+    conv_bias,
+    conv_with,
+    replace_nodes,
+)
 
 
 class FoldBatchNormPass(FusionPass):
@@ -26,34 +32,16 @@ class FoldBatchNormPass(FusionPass):
             or bn.inputs[0].is_graph_output()
         ):
             return None
-        weight_ok = conv.inputs[1] is not None and conv.inputs[1].const_value is not None
-        bias_ok = (
-            len(conv.inputs) < 3 or conv.inputs[2] is None or conv.inputs[2].const_value is not None
-        )
-        return conv if weight_ok and bias_ok else None
+        return conv if constant_weights(conv) else None
 
     def rewrite(self, graph: ir.Graph, bn: ir.Node, conv: ir.Node) -> None:
         gamma, beta, mean, var = (v.const_value.numpy().astype(np.float64) for v in bn.inputs[1:5])
         epsilon = bn.attributes["epsilon"].value if "epsilon" in bn.attributes else 1e-5
         factor = gamma / np.sqrt(var + epsilon)
         weight = conv.inputs[1].const_value.numpy()
-        has_bias = len(conv.inputs) > 2 and conv.inputs[2] is not None
-        bias = (
-            conv.inputs[2].const_value.numpy()
-            if has_bias
-            else np.zeros(weight.shape[0], weight.dtype)
-        )
-        new_weight = (weight * factor.reshape(-1, *[1] * (weight.ndim - 1))).astype(weight.dtype)
-        new_bias = ((bias - mean) * factor + beta).astype(weight.dtype)
-        w_value = add_initializer(graph, f"{conv.name}_bnfolded_weight", new_weight)
-        b_value = add_initializer(graph, f"{conv.name}_bnfolded_bias", new_bias)
-        folded = ir.Node(
-            "",
-            "Conv",
-            [conv.inputs[0], w_value, b_value],
-            attributes=conv.attributes.values(),
-            name=conv.name,
-        )
+        new_weight = weight * factor.reshape(-1, *[1] * (weight.ndim - 1))
+        new_bias = (conv_bias(conv) - mean) * factor + beta
+        folded = conv_with(graph, conv, conv.inputs[0], new_weight, new_bias, "bnfolded")
         replace_nodes(graph, [conv, bn], folded)
 
     def ensures(self, model: ir.Model) -> None:

@@ -14,6 +14,7 @@ from quantize.passes.rewrite import (
     FusionPass,
     add_initializer,
     channel_vector,
+    constant_weights,
     conv_bias,
     conv_with,
     int_list,
@@ -27,24 +28,24 @@ class FoldConvInputAffinePass(FusionPass):
     only readers of its result, as their input X. A shift stays as an Add(y, b / a) when a
     reader pads, unless a has a zero (then nothing folds)."""
 
-    def match(self, node: ir.Node) -> tuple[ir.Value, np.ndarray, np.ndarray, list] | None:
-        """(y, a, b, the reading Convs), with a of ones or b of zeros where absent."""
+    def match(self, node: ir.Node) -> tuple | None:
+        """(y, a, b, the reading Convs, whether b folds into them, the affine's nodes), with a
+        of ones or b of zeros where absent."""
         convs = _conv_readers(node)
         if convs is None:
             return None
         weight = convs[0].inputs[1].const_value
-        channels, rank = weight.shape[1] * _group(convs[0]), len(weight.shape)
-        y, a, b = _affine(node, channels, rank)
-        if y is None:
+        affine = _affine(node, weight.shape[1] * _group(convs[0]), len(weight.shape))
+        if affine is None:
             return None
+        y, a, b, nodes = affine
         shift_folds = not b.any() or all(_unpadded(conv) for conv in convs)
         if not shift_folds and (np.all(a == 1) or np.any(a == 0)):
             return None
-        return y, a, b, convs
+        return y, a, b, convs, shift_folds, nodes
 
     def rewrite(self, graph: ir.Graph, node: ir.Node, found) -> None:
-        y, a, b, convs = found
-        shift_folds = not b.any() or all(_unpadded(conv) for conv in convs)
+        y, a, b, convs, shift_folds, nodes = found
         if not shift_folds:
             shift = add_initializer(graph, f"{node.name}_shift", _broadcastable(b / a, convs[0]))
             shift_node = ir.Node("", "Add", [y, shift], name=f"{node.name}_shift")
@@ -58,7 +59,7 @@ class FoldConvInputAffinePass(FusionPass):
                 bias = bias + (weight * _per_input(b, conv)).sum(axis=tuple(range(1, weight.ndim)))
             folded = conv_with(graph, conv, y, weight * _per_input(a, conv), bias, "input_affine")
             replace_nodes(graph, [conv], folded)
-        graph.remove([n for n in _affine_nodes(node) if not n.outputs[0].uses()], safe=True)
+        graph.remove(nodes, safe=True)
 
     def ensures(self, model: ir.Model) -> None:
         for node in model.graph:
@@ -75,20 +76,18 @@ def _conv_readers(node: ir.Node) -> list[ir.Node] | None:
     convs = [user for user, index in uses if user.op_type == "Conv" and index == 0]
     if not convs or len(convs) != len(uses):
         return None
-    if any(c.inputs[1].const_value is None or conv_bias(c) is None for c in convs):
-        return None
-    return convs
+    return convs if all(constant_weights(c) for c in convs) else None
 
 
 def _affine(node: ir.Node, channels: int, rank: int):
-    """(y, a, b) for `node` = y * a + b, y * a or y + b; (None, None, None) otherwise."""
+    """(y, a, b, its nodes) for `node` = y * a + b, y * a or y + b; None otherwise."""
     ones, zeros = np.ones(channels), np.zeros(channels)
     factor = _by_constant(node, channels, rank)
     if factor is None:
-        return None, None, None
+        return None
     y, c = factor
     if node.op_type == "Mul":
-        return y, c, zeros
+        return y, c, zeros, [node]
     inner = y.producer()
     if (
         inner is not None
@@ -98,16 +97,8 @@ def _affine(node: ir.Node, channels: int, rank: int):
     ):
         scaled = _by_constant(inner, channels, rank)
         if scaled is not None:
-            return scaled[0], scaled[1], c
-    return y, ones, c
-
-
-def _affine_nodes(node: ir.Node) -> list[ir.Node]:
-    inner = node.inputs[0].producer() if node.op_type == "Add" else None
-    nodes = [node]
-    if inner is not None and inner.op_type == "Mul" and len(node.inputs[0].uses()) == 1:
-        nodes.append(inner)
-    return nodes
+            return scaled[0], scaled[1], c, [node, inner]
+    return y, ones, c, [node]
 
 
 def _by_constant(node: ir.Node, channels: int, rank: int) -> tuple[ir.Value, np.ndarray] | None:

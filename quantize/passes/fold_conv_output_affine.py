@@ -11,6 +11,7 @@ import onnx_ir as ir
 from quantize.passes.rewrite import (
     FusionPass,
     channel_vector,
+    constant_weights,
     conv_bias,
     conv_with,
     replace_nodes,
@@ -27,7 +28,7 @@ class FoldConvOutputAffinePass(FusionPass):
             return None
         for index in (0, 1):
             conv = node.inputs[index].producer()
-            if conv is None or conv.op_type != "Conv" or not _constant_weights(conv):
+            if conv is None or conv.op_type != "Conv" or not constant_weights(conv):
                 continue
             if len(conv.outputs[0].uses()) != 1 or conv.outputs[0].is_graph_output():
                 continue
@@ -53,11 +54,3 @@ class FoldConvOutputAffinePass(FusionPass):
         for node in model.graph:
             if self.match(node) is not None:
                 raise ir.passes.PostconditionError(f"{node.name}: left unfolded into its Conv")
-
-
-def _constant_weights(conv: ir.Node) -> bool:
-    return (
-        conv.inputs[1] is not None
-        and conv.inputs[1].const_value is not None
-        and (conv_bias(conv) is not None)
-    )

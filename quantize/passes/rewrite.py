@@ -130,6 +130,12 @@ def channel_vector(value: ir.Value, channels: int, rank: int) -> np.ndarray | No
     return np.broadcast_to(array.reshape(-1), (channels,)).copy()
 
 
+def constant_weights(conv: ir.Node) -> bool:
+    """Are the Conv's weights constant, and its bias constant or absent?"""
+    weight = conv.inputs[1]
+    return weight is not None and weight.const_value is not None and conv_bias(conv) is not None
+
+
 def conv_bias(conv: ir.Node) -> np.ndarray | None:
     """The Conv's bias as a float64 array (zeros when it has none); None if it is not constant."""
     weight = conv.inputs[1].const_value
