@@ -259,7 +259,9 @@ def _zoo(stem: str, d: dict) -> str:
     return (
         "**Model zoo: real packaged models, `quantize MODEL --calib DATA` with the CLI's defaults** "
         f"(`python -m benchmarks.zoo`, `{stem}.md`; {_where(d)}; fidelity is the task metric against "
-        "FP32 on held-out inputs, speed at the served batch in the JSON's `bench_shape`):\n\n"
+        "FP32 on held-out inputs, speed at the served batch in the JSON's `bench_shape`, by one "
+        'ONNX Runtime instance on all cores and by a single-thread instance per core; "FP32 '
+        'itself" scores FP32 against its own outputs with the images moved one pixel):\n\n'
         + table(d["models"])
     )
 

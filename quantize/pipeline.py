@@ -294,10 +294,12 @@ def with_weights(result: QuantizeResult, weights: str) -> QuantizeResult:
 
 
 def _relower(result: QuantizeResult, recipe: Recipe, fallback: dict[str, str]) -> QuantizeResult:
-    """`result`'s calibration lowered again under `recipe`, the `fallback` nodes in FP32."""
-    return _lower(
+    """`result`'s calibration lowered again under `recipe`, the `fallback` nodes in FP32; the
+    calibration carries the bias shifts, so what bias correction measured still holds."""
+    lowered = _lower(
         result.calibration, recipe, result.options, result.held_out, result.sqnr_samples, fallback
     )
+    return replace(lowered, bias_correction=result.bias_correction)
 
 
 def _rows(feeds: dict) -> int:

@@ -10,6 +10,7 @@ from graphs import conv_net, images
 from quantize import Recipe, quantize
 from quantize.bias_correction import bias_shifts, correctable, shifted
 from quantize.passes import cleanup
+from quantize.pipeline import keep_fp32
 
 
 def test_shifts_undo_a_known_bias_error_in_the_first_conv_and_leave_the_next_one_alone():
@@ -42,3 +43,13 @@ def test_quantize_keeps_the_correction_only_where_the_output_sqnr_gains(tmp_path
     gained = min(corrected.output_sqnr_db.values()) - min(plain.output_sqnr_db.values())
     assert gained > 0 if measured.endswith(": kept") else gained == 0
     assert bool(corrected.calibration.bias_shifts) == measured.endswith(": kept")
+
+
+def test_a_later_fallback_keeps_the_corrected_biases_and_says_so(tmp_path):
+    onnx.save(conv_net(), str(tmp_path / "net.onnx"))
+    np.save(tmp_path / "x.npy", images(96))
+    result = quantize(tmp_path / "net.onnx", tmp_path / "x.npy", Recipe(kernel_timing=False))
+    int8_convs = [d.name for d in result.decisions if d.op_type == "Conv" and d.precision == "int8"]
+    fallen = keep_fp32(result, {int8_convs[-1]: "a test's fallback"})
+    assert fallen.bias_correction == result.bias_correction != "off"
+    assert fallen.calibration.bias_shifts == result.calibration.bias_shifts
