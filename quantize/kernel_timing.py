@@ -9,13 +9,18 @@ node's input shape in one run of the FP32 model on a held-out batch, in interlea
            (ORT fuses it into QLinearConv / QGemm / QLinearMatMul)
     fp32:  uint8 -> DequantizeLinear -> op(float weight)            -> QuantizeLinear -> uint8
 
-The FP32 side pays the dequantize and quantize it would need between INT8 neighbours, so a node
-goes back to FP32 only where FP32 wins even then, by more than MARGIN and MIN_GAIN_MS, in a first
+with the boundaries the plan gives the node: between INT8 neighbours, as above, the FP32 side
+pays the dequantize and quantize it would need; where an FP32 op feeds it (or reads it, as the
+transformer recipe's element-wise ops do), the input (or output) is float and the INT8 side
+pays the QuantizeLinear (or DequantizeLinear) instead. A node
+goes back to FP32 only where FP32 wins, by more than MARGIN and MIN_GAIN_MS, in a first
 measurement and again in a longer second one: timing noise on a busy machine must not flip a
 decision (on AVX2, convs of a few channels measure INT8/FP32 = 1.0 +- 0.05; a 7x7 conv on 3
 input channels, a ResNet stem, 1.16). Nodes of one shape and one set of attributes are timed once.
 Timings describe this machine only: the pipeline measures only when the target is this CPU's.
 """
+
+from typing import NamedTuple
 
 import numpy as np
 import onnx
@@ -25,6 +30,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxio import ObservingSession
 from quantize import bench
 from quantize.passes.insert_qdq import weight_channel_axis
+from quantize.policy import FLOAT_OUTPUT_FUSIONS, fed_by_int8, read_by_int8
 from quantize.qparams import quantize_bias, quantize_weight
 from quantize.target import WeightFormat
 
@@ -59,20 +65,33 @@ def slower_in_int8(
     slower = {}
     for node in timed:
         shape = shapes[node.inputs[0].name]
-        key = _signature(node, shape)
+        boundaries = Boundaries(fed_by_int8(node, nodes), read_by_int8(node, nodes))
+        key = (*_signature(node, shape), boundaries)
         if key not in verdicts:
-            verdicts[key] = _verdict(node, shape, weights, target, threads)
+            verdicts[key] = _verdict(node, shape, boundaries, weights, target, threads)
         if verdicts[key] is not None:
             slower[node.name] = verdicts[key]
     return slower
 
 
+class Boundaries(NamedTuple):
+    uint8_in: bool  # an INT8 op feeds the node, else its input is float
+    uint8_out: bool  # an INT8 op reads it, else its output goes on in float
+
+
 def _verdict(
-    node: ir.Node, shape: tuple[int, ...], weights: WeightFormat, target: str, threads: int
+    node: ir.Node,
+    shape: tuple[int, ...],
+    boundaries: Boundaries,
+    weights: WeightFormat,
+    target: str,
+    threads: int,
 ) -> str | None:
     x = np.random.default_rng(0).integers(0, 256, shape, dtype=np.uint8)
+    if not boundaries.uint8_in:
+        x = x.astype(np.float32) - 128
     models = {
-        precision: _one_node_model(node, shape, precision, weights)
+        precision: _one_node_model(node, shape, precision, weights, boundaries)
         for precision in ("int8", "fp32")
     }
     for seconds, rounds, min_block in MEASUREMENTS:
@@ -84,12 +103,18 @@ def _verdict(
 
 
 def _one_node_model(
-    node: ir.Node, shape: tuple[int, ...], precision: str, weights: WeightFormat
+    node: ir.Node,
+    shape: tuple[int, ...],
+    precision: str,
+    weights: WeightFormat,
+    boundaries: Boundaries,
 ) -> onnx.ModelProto:
-    """uint8 x -> DequantizeLinear -> the node -> QuantizeLinear -> uint8 y. In INT8 its weight
-    and bias are in the weight format and int32 behind DequantizeLinears (ORT fuses it into its integer kernel); in
-    FP32 they are float and x's DequantizeLinear is per channel, as InsertQDQPass writes it for
-    an FP32 node, so that ORT does not quantize the weight itself."""
+    """uint8 x -> DequantizeLinear -> the node -> QuantizeLinear -> uint8 y, where x and y are
+    uint8 by `boundaries`; a float x or y is read or written as it is in FP32, and quantized or
+    dequantized in INT8. In INT8 the weight and bias are in the weight format and int32 behind
+    DequantizeLinears (ORT fuses it into its integer kernel); in FP32 they are float and x's
+    DequantizeLinear is per channel, as InsertQDQPass writes it for an FP32 node, so that ORT
+    does not quantize the weight itself."""
     weight = node.inputs[1].const_value.numpy()
     bias = (
         node.inputs[2].const_value.numpy()
@@ -101,15 +126,25 @@ def _one_node_model(
         arrays.update(
             ones=np.ones(shape[1], np.float32), mids=np.full(shape[1], 128, np.uint8), w=weight
         )
-        nodes = [helper.make_node("DequantizeLinear", ["x", "ones", "mids"], ["x_float"], axis=1)]
+        nodes = [
+            helper.make_node("DequantizeLinear", ["x", "ones", "mids"], ["x_float"], axis=1)
+            if boundaries.uint8_in
+            else helper.make_node("Identity", ["x"], ["x_float"])
+        ]
         if bias is not None:
             arrays["b"] = bias
     else:
         axis = weight_channel_axis(node, weight)
         q, scale, zero_point = quantize_weight(weight, axis, weights)
         arrays.update(w_q=q, w_scale=scale, w_zero=zero_point)
+        x_uint8 = "x" if boundaries.uint8_in else "x_uint8"
         nodes = [
-            helper.make_node("DequantizeLinear", ["x", "one", "mid"], ["x_float"]),
+            *(
+                []
+                if boundaries.uint8_in
+                else [helper.make_node("QuantizeLinear", ["x", "one", "mid"], [x_uint8])]
+            ),
+            helper.make_node("DequantizeLinear", [x_uint8, "one", "mid"], ["x_float"]),
             helper.make_node(
                 "DequantizeLinear",
                 ["w_q", "w_scale", "w_zero"],
@@ -138,17 +173,34 @@ def _one_node_model(
         node.op_type, ["x_float", "w", *(["b"] if bias is not None else [])], ["y_float"]
     )
     op.attribute.extend(ir.serde.serialize_attribute(a) for a in node.attributes.values())
-    nodes += [op, helper.make_node("QuantizeLinear", ["y_float", "one", "mid"], ["y"])]
+    nodes += [op, *_output_nodes(node.op_type, precision, boundaries.uint8_out)]
     graph = helper.make_graph(
         nodes,
         f"{node.op_type}_{precision}",
-        [helper.make_tensor_value_info("x", TensorProto.UINT8, shape)],
-        [helper.make_tensor_value_info("y", TensorProto.UINT8, None)],
+        [helper.make_tensor_value_info("x", _element_type(boundaries.uint8_in), shape)],
+        [helper.make_tensor_value_info("y", _element_type(boundaries.uint8_out), None)],
         [numpy_helper.from_array(np.asarray(a), name) for name, a in arrays.items()],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model
+
+
+def _output_nodes(op_type: str, precision: str, uint8_out: bool) -> list[onnx.NodeProto]:
+    """From the op's float y_float to y: quantized where y is uint8. Where y is float, INT8
+    quantizes and dequantizes it as InsertQDQPass does (ORT: the kernel's uint8 output and a
+    DequantizeLinear), except a GEMM, which ORT runs with a float output."""
+    if not uint8_out and (precision == "fp32" or op_type in FLOAT_OUTPUT_FUSIONS):
+        return [helper.make_node("Identity", ["y_float"], ["y"])]
+    quantized = "y" if uint8_out else "y_uint8"
+    nodes = [helper.make_node("QuantizeLinear", ["y_float", "one", "mid"], [quantized])]
+    if not uint8_out:
+        nodes.append(helper.make_node("DequantizeLinear", [quantized, "one", "mid"], ["y"]))
+    return nodes
+
+
+def _element_type(uint8: bool) -> int:
+    return TensorProto.UINT8 if uint8 else TensorProto.FLOAT
 
 
 def _input_shapes(

@@ -148,7 +148,7 @@ def select_nodes(
             reasons[node.name] = (
                 "it divides by an activation or by zero: no INT8 kernel in ONNX Runtime"
             )
-        elif rule.same_range and not _fed_by(node, chosen):
+        elif rule.same_range and not fed_by_int8(node, chosen):
             reasons[node.name] = OUTSIDE_INT8
         else:
             chosen.add(node.name)
@@ -233,7 +233,7 @@ def _between_int8(model: ir.Model, chosen: set[str], reasons: dict[str, str]) ->
             if node.name in chosen
             and RULES[node.op_type].between_int8
             and not (
-                _fed_by(node, chosen)
+                fed_by_int8(node, chosen)
                 and not node.outputs[0].is_graph_output()
                 and all(user.name in chosen for user, _ in node.outputs[0].uses())
             )
@@ -280,11 +280,21 @@ def _has_reciprocal(node: ir.Node, index: int) -> bool:
     return bool(np.all(node.inputs[index].const_value.numpy() != 0))
 
 
-def _fed_by(node: ir.Node, chosen: set[str]) -> bool:
+def fed_by_int8(node: ir.Node, chosen: set[str]) -> bool:
+    """Does `node`'s data input come from a `chosen` node (through an activation its uint8
+    clamp absorbs)?"""
     producer = node.inputs[0].producer() if node.inputs and node.inputs[0] is not None else None
     if producer is not None and clamps_at_zero(producer):
         producer = producer.inputs[0].producer()
     return producer is not None and producer.name in chosen
+
+
+def read_by_int8(node: ir.Node, chosen: set[str]) -> bool:
+    """Does a `chosen` node read `node`'s output (through an activation its uint8 clamp
+    absorbs)?"""
+    readers = [user for user, _ in node.outputs[0].uses()]
+    readers += [user for r in readers if clamps_at_zero(r) for user, _ in r.outputs[0].uses()]
+    return any(user.name in chosen for user in readers)
 
 
 # The transformer policy's FP32 ops beyond those with no INT8 rule (LayerNormalization,

@@ -6,7 +6,7 @@ import onnx_ir as ir
 import pytest
 from graphs import conv_net, images
 
-from quantize import Recipe, RunOptions, coverage, kernel_timing, quantize, target
+from quantize import NodeOverrides, Recipe, RunOptions, coverage, kernel_timing, quantize, target
 
 
 def timings(int8_ms: dict[str, list[float]]):
@@ -79,22 +79,44 @@ def test_nothing_is_timed_for_another_cpus_target_or_when_switched_off(net, monk
     quantize(*net, Recipe(kernel_timing=False))
 
 
+def test_a_conv_between_fp32_ops_is_timed_with_a_float_input_and_output(net, monkeypatch):
+    seen = {}  # a timed node's input shape -> (input dtype, output type) of its one-node models
+
+    def compare_sessions(models, feeds, threads, seconds, rounds, min_block):
+        output = models["int8"].graph.output[0].type.tensor_type.elem_type
+        seen[feeds["x"].shape[1:]] = (
+            feeds["x"].dtype,
+            onnx.helper.tensor_dtype_to_np_dtype(output),
+        )
+        return {"int8": {"latency_ms_p50": 0.5}, "fp32": {"latency_ms_p50": 1.0}}
+
+    monkeypatch.setattr(kernel_timing.bench, "compare_sessions", compare_sessions)
+    conv2_input = (8, 8, 8)  # after pool1; read by add1
+    quantize(*net, Recipe())
+    assert seen[conv2_input] == (np.uint8, np.uint8)
+    quantize(*net, Recipe(overrides=NodeOverrides(fp32=("pool1", "add1"))))
+    assert seen[conv2_input] == (np.float32, np.float32)
+
+
+BOUNDARIES = [kernel_timing.Boundaries(i, o) for i in (True, False) for o in (True, False)]
+
+
+@pytest.mark.parametrize("boundaries", BOUNDARIES, ids=lambda b: f"uint8 in {b[0]}, out {b[1]}")
 @pytest.mark.parametrize("weights", ["int7", "uint8"])
 @pytest.mark.parametrize("op_type", ["Conv", "Gemm"])
 def test_the_timed_int8_model_fuses_into_an_integer_kernel_and_the_fp32_one_does_not(
-    op_type, weights
+    op_type, weights, boundaries
 ):
     model = ir.serde.deserialize_model(conv_net(channels=8))
     node = next(n for n in model.graph if n.op_type == op_type)
     shape = (4, 8) if op_type == "Gemm" else (4, 3, 16, 16)
     fmt = target.WEIGHT_FORMATS[weights]
-    int8 = coverage.kernel_counts(
-        coverage.optimized_graph(kernel_timing._one_node_model(node, shape, "int8", fmt))
-    )
-    fp32 = coverage.kernel_counts(
-        coverage.optimized_graph(kernel_timing._one_node_model(node, shape, "fp32", fmt))
-    )
-    assert (
-        int8["int8"] == {"QLinearConv" if op_type == "Conv" else "QGemm": 1} and int8["float"] == {}
-    )
+
+    def kernels(precision):
+        one_node = kernel_timing._one_node_model(node, shape, precision, fmt, boundaries)
+        return coverage.kernel_counts(coverage.optimized_graph(one_node))
+
+    int8, fp32 = kernels("int8"), kernels("fp32")
+    assert int8["int8"] == {"QLinearConv" if op_type == "Conv" else "QGemm": 1}
+    assert int8["float"] == {}
     assert fp32["int8"] == {} and fp32["float"].get(op_type) == 1
