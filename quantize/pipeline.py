@@ -253,7 +253,8 @@ def keep_fp32_unless_faster(result: QuantizeResult, seconds: float = 2.0) -> Qua
         f"the INT8 model was not {WIN_MARGIN:.0%} faster than FP32 here ({measured}): {WHOLE_FP32}"
     )
     int8_nodes = [d.name for d in result.decisions if d.precision == "int8"]
-    return replace(keep_fp32(result, dict.fromkeys(int8_nodes, reason)), speed_check=reason)
+    whole_fp32 = keep_fp32(result, dict.fromkeys(int8_nodes, reason))
+    return replace(whole_fp32, speed_check=reason, bias_correction=f"none: {WHOLE_FP32}")
 
 
 def _short_of_margin(fp32_ms: float, int8_ms: float, margin: float = WIN_MARGIN) -> bool:

@@ -48,6 +48,7 @@ def test_an_int8_model_slower_than_fp32_goes_back_to_fp32_whole_with_its_reason(
     assert all(d.precision == "fp32" for d in checked.decisions)
     assert all(f"was not {WIN_MARGIN:.0%} faster than FP32" in d.reason for d in checked.decisions)
     assert not any(n.op_type == "QuantizeLinear" for n in checked.model.graph.node)
+    assert checked.bias_correction == f"none: {WHOLE_FP32}"  # no INT8 Conv left to correct
     # the FP32 graph itself, so that a benchmark may say its speed ratio is timing noise
     assert checked.model.graph.SerializeToString() == result.fp32_model.graph.SerializeToString()
     x = result.held_out[0]
