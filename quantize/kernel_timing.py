@@ -126,25 +126,15 @@ def _one_node_model(
         arrays.update(
             ones=np.ones(shape[1], np.float32), mids=np.full(shape[1], 128, np.uint8), w=weight
         )
-        nodes = [
-            helper.make_node("DequantizeLinear", ["x", "ones", "mids"], ["x_float"], axis=1)
-            if boundaries.uint8_in
-            else helper.make_node("Identity", ["x"], ["x_float"])
-        ]
+        nodes = _input_nodes(precision, boundaries.uint8_in)
         if bias is not None:
             arrays["b"] = bias
     else:
         axis = weight_channel_axis(node, weight)
         q, scale, zero_point = quantize_weight(weight, axis, weights)
         arrays.update(w_q=q, w_scale=scale, w_zero=zero_point)
-        x_uint8 = "x" if boundaries.uint8_in else "x_uint8"
         nodes = [
-            *(
-                []
-                if boundaries.uint8_in
-                else [helper.make_node("QuantizeLinear", ["x", "one", "mid"], [x_uint8])]
-            ),
-            helper.make_node("DequantizeLinear", [x_uint8, "one", "mid"], ["x_float"]),
+            *_input_nodes(precision, boundaries.uint8_in),
             helper.make_node(
                 "DequantizeLinear",
                 ["w_q", "w_scale", "w_zero"],
@@ -184,6 +174,22 @@ def _one_node_model(
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model
+
+
+def _input_nodes(precision: str, uint8_in: bool) -> list[onnx.NodeProto]:
+    """From x to the op's float x_float: dequantized where x is uint8 (per channel in FP32, see
+    `_one_node_model`). Where x is float, FP32 reads it as it is and INT8 quantizes it first."""
+    if precision == "fp32":
+        if uint8_in:
+            return [
+                helper.make_node("DequantizeLinear", ["x", "ones", "mids"], ["x_float"], axis=1)
+            ]
+        return [helper.make_node("Identity", ["x"], ["x_float"])]
+    quantized = "x" if uint8_in else "x_uint8"
+    nodes = (
+        [] if uint8_in else [helper.make_node("QuantizeLinear", ["x", "one", "mid"], [quantized])]
+    )
+    return [*nodes, helper.make_node("DequantizeLinear", [quantized, "one", "mid"], ["x_float"])]
 
 
 def _output_nodes(op_type: str, precision: str, uint8_out: bool) -> list[onnx.NodeProto]:
