@@ -1,12 +1,15 @@
-"""`python -m benchmarks.ort_fusions`: two of ONNX Runtime's transformer fusions on this CPU, the
-fused form against what it replaces, on the activations of a served MiniLM batch (16 sentences
-of 31 tokens) and of a BERT-base one (768 wide). Decides two things:
+"""`python -m benchmarks.ort_fusions`: three of ONNX Runtime's transformer fusions on this CPU,
+the fused form against what it replaces, on the activations of a served MiniLM batch (16
+sentences of 31 tokens) and of a BERT-base one (768 wide). Decides three things:
 
 - `onnxio.cpu_session` turns ORT's SkipLayerNormFusion off: its CPU SkipLayerNormalization
   kernel is slower than the residual Add and LayerNormalization it replaces.
 - SmoothActivationsPass keeps the 0.5 that ends an Erf GELU: with it ORT fuses the bias Add and
   the GELU into one BiasGelu, and the smoothing scale costs one Mul after it; folded into the
   0.5, the five element-wise ops of the GELU run unfused.
+- IntegerMatMulBiasPass writes a float-output INT8 MatMul as MatMulIntegerToFloat with its bias:
+  ORT fuses the bias Add into that kernel only under dynamic quantization, and from a static
+  Q/DQ MatMul it runs the Add (or a BiasGelu) after it.
 """
 
 import numpy as np
@@ -57,30 +60,75 @@ def smoothed_gelu(width: int, scale_in_half: bool) -> onnx.ModelProto:
     half = 0.5 * inverse if scale_in_half else np.array(0.5, np.float32)
     inits = [
         numpy_helper.from_array(np.zeros(width, np.float32), "bias"),
+        numpy_helper.from_array(inverse, "inverse"),
+    ]
+    nodes = [helper.make_node("Add", ["x", "bias"], ["h"])]
+    gelu, gelu_inits = _erf_gelu("h", "y" if scale_in_half else "g", half)
+    nodes += gelu
+    if not scale_in_half:
+        nodes.append(helper.make_node("Mul", ["g", "inverse"], ["y"]))
+    return _model(nodes, ["x"], width, inits + gelu_inits)
+
+
+def integer_dense(width: int, out_width: int, gelu: bool, bias_in_kernel: bool) -> onnx.ModelProto:
+    """x quantized to uint8 -> times a per-column int8 weight -> plus a bias, in float
+    [-> Erf GELU]: MatMulIntegerToFloat given the bias, or the Q/DQ MatMul and bias Add from
+    which ORT makes its MatMulIntegerToFloat and a separate Add (BiasGelu before a GELU). The
+    batch and token dimensions are named, as exporters write them: with sizes, ORT's
+    MatMulAddFusion makes the Q/DQ form a float Gemm instead."""
+    rng = np.random.default_rng(4)
+    inits = [
+        numpy_helper.from_array(np.array(0.05, np.float32), "x_scale"),
+        numpy_helper.from_array(np.array(128, np.uint8), "x_zero_point"),
+        numpy_helper.from_array(rng.integers(-127, 128, (width, out_width), np.int8), "w"),
+        numpy_helper.from_array(rng.uniform(1e-3, 2e-3, out_width).astype(np.float32), "w_scale"),
+        numpy_helper.from_array(np.zeros(out_width, np.int8), "w_zero_point"),
+        numpy_helper.from_array(rng.normal(0, 0.1, out_width).astype(np.float32), "bias"),
+    ]
+    product = "h" if gelu else "y"
+    nodes = [helper.make_node("QuantizeLinear", ["x", "x_scale", "x_zero_point"], ["xq"])]
+    if bias_in_kernel:
+        quantized = ["xq", "w", "x_scale", "w_scale", "x_zero_point", "w_zero_point", "bias"]
+        nodes.append(
+            helper.make_node("MatMulIntegerToFloat", quantized, [product], domain="com.microsoft")
+        )
+    else:
+        nodes += [
+            helper.make_node("DequantizeLinear", ["xq", "x_scale", "x_zero_point"], ["xd"]),
+            helper.make_node("DequantizeLinear", ["w", "w_scale", "w_zero_point"], ["wd"], axis=1),
+            helper.make_node("MatMul", ["xd", "wd"], ["p"]),
+            helper.make_node("Add", ["p", "bias"], [product]),
+        ]
+    if gelu:
+        gelu_nodes, gelu_inits = _erf_gelu("h", "y", np.array(0.5, np.float32))
+        nodes, inits = nodes + gelu_nodes, inits + gelu_inits
+    return _model(nodes, ["x"], width, inits, out_width, rows=("batch", "tokens"))
+
+
+def _erf_gelu(x: str, y: str, half: np.ndarray) -> tuple[list, list]:
+    """x * (erf(x / sqrt 2) + 1) * half, as exporters write the GELU (half = 0.5)."""
+    inits = [
         numpy_helper.from_array(np.array(np.sqrt(2), np.float32), "sqrt2"),
         numpy_helper.from_array(np.array(1.0, np.float32), "one"),
         numpy_helper.from_array(half, "half"),
-        numpy_helper.from_array(inverse, "inverse"),
     ]
     nodes = [
-        helper.make_node("Add", ["x", "bias"], ["h"]),
-        helper.make_node("Div", ["h", "sqrt2"], ["d"]),
+        helper.make_node("Div", [x, "sqrt2"], ["d"]),
         helper.make_node("Erf", ["d"], ["e"]),
         helper.make_node("Add", ["e", "one"], ["a"]),
-        helper.make_node("Mul", ["h", "a"], ["m"]),
-        helper.make_node("Mul", ["m", "half"], ["y" if scale_in_half else "g"]),
+        helper.make_node("Mul", [x, "a"], ["m"]),
+        helper.make_node("Mul", ["m", "half"], [y]),
     ]
-    if not scale_in_half:
-        nodes.append(helper.make_node("Mul", ["g", "inverse"], ["y"]))
-    return _model(nodes, ["x"], width, inits)
+    return nodes, inits
 
 
-def _model(nodes, inputs, width, inits) -> onnx.ModelProto:
+def _model(nodes, inputs, width, inits, out_width=None, rows=ROWS) -> onnx.ModelProto:
+    """`rows`: the leading dimensions as the model declares them, sizes or names."""
     graph = helper.make_graph(
         nodes,
         "fusion",
-        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [*ROWS, width]) for n in inputs],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [*ROWS, width])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [*rows, width]) for n in inputs],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [*rows, out_width or width])],
         inits,
     )
     opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
@@ -113,6 +161,22 @@ def cases() -> list[tuple[str, int, dict[str, onnx.ModelProto], list[str]]]:
                 ["x"],
             )
             for width in (1536, 3072)
+        ],
+        *[
+            (
+                f"INT8 dense {width} -> {out_width}, bias{', GELU' if gelu else ''}",
+                width,
+                {
+                    "MatMulIntegerToFloat with the bias": integer_dense(
+                        width, out_width, gelu, bias_in_kernel=True
+                    ),
+                    "Q/DQ MatMul, bias Add (ORT's fusions)": integer_dense(
+                        width, out_width, gelu, bias_in_kernel=False
+                    ),
+                },
+                ["x"],
+            )
+            for width, out_width, gelu in ((384, 384, False), (384, 1536, True))
         ],
     ]
 

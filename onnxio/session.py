@@ -61,15 +61,15 @@ def _session(model: str | bytes, options: ort.SessionOptions) -> ort.InferenceSe
     )
 
 
-def with_outputs(model: onnx.ModelProto, names: list[str]) -> onnx.ModelProto:
-    """A copy of `model` with the float tensors `names` added to its outputs."""
+def with_outputs(
+    model: onnx.ModelProto, names: list[str], elem_type: int = onnx.TensorProto.FLOAT
+) -> onnx.ModelProto:
+    """A copy of `model` with the tensors `names`, all of `elem_type`, added to its outputs."""
     exposed = onnx.ModelProto()
     exposed.CopyFrom(model)
     present = {o.name for o in exposed.graph.output}
     exposed.graph.output.extend(
-        onnx.helper.make_tensor_value_info(n, onnx.TensorProto.FLOAT, None)
-        for n in names
-        if n not in present
+        onnx.helper.make_tensor_value_info(n, elem_type, None) for n in names if n not in present
     )
     return exposed
 

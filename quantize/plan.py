@@ -19,6 +19,7 @@ class QuantPlan:
     nodes: set[str]
     ranges: dict[str, tuple[float, float]]
     weights: WeightFormat  # the recipe's (quantize/target.py)
+    runtime: str = "onnxruntime"  # the recipe's: in ORT, its integer MatMul adds the bias
     absorbed: dict[str, str] = field(
         default_factory=dict
     )  # Relu or Clip node -> tensor whose uint8 clamp replaces it
@@ -43,6 +44,7 @@ def make_plan(
         set(nodes),
         ranges,
         WEIGHT_FORMATS[recipe.weights],
+        recipe.runtime,
         wide=set(recipe.overrides.wide_outputs) & set(nodes),
         residual=set(recipe.overrides.residual_inputs) & set(nodes),
     )

@@ -2,6 +2,7 @@
 
 import numpy as np
 import onnx
+from onnx import numpy_helper
 
 from onnxio import with_outputs
 from quantize.runtime import session
@@ -112,28 +113,38 @@ def _padding_mask(output: np.ndarray, batch: dict) -> np.ndarray | None:
 def layer_sqnr(
     fp32: onnx.ModelProto, int8: onnx.ModelProto, clamped: set[str], batch: dict, threads: int = 0
 ) -> dict[str, float]:
-    """SQNR of each quantized activation (the DequantizeLinear output vs the FP32 tensor).
+    """SQNR of each quantized activation (its uint8 QuantizeLinear output, dequantized, vs the
+    FP32 tensor). Read before any DequantizeLinear: an integer kernel may read the uint8 tensor
+    directly (passes/integer_matmul_bias.py).
 
     `clamped` names tensors whose following Relu was absorbed: their FP32 reference is relu(t).
     """
-    suffix = "_dequantized"
+    suffix = "_quantized"
     fp32_names = {o for n in fp32.graph.node for o in n.output}
+    constants = {i.name: i for i in int8.graph.initializer}
     pairs = {
-        o[: -len(suffix)]: o
+        n.output[0][: -len(suffix)]: n
         for n in int8.graph.node
-        if n.op_type == "DequantizeLinear"
-        for o in n.output
-        if o.endswith(suffix) and o[: -len(suffix)] in fp32_names
+        if n.op_type == "QuantizeLinear"
+        and n.output[0].endswith(suffix)
+        and n.output[0][: -len(suffix)] in fp32_names
+        and len(n.input) == 3
+        and constants[n.input[2]].data_type == onnx.TensorProto.UINT8
     }
     batch = first_samples(fp32, batch, LAYER_SAMPLES)
     items = list(pairs.items())
     result = {}
     for start in range(0, len(items), LAYER_GROUP):
         group = dict(items[start : start + LAYER_GROUP])
+        quantized = [q.output[0] for q in group.values()]
         ref = run_with_outputs(fp32, list(group), batch, threads)
-        got = run_with_outputs(int8, list(group.values()), batch, threads)
-        for name, r, g in zip(group, ref, got):
-            result[name] = sqnr_db(np.maximum(r, 0) if name in clamped else r, g)
+        got = session(with_outputs(int8, quantized, onnx.TensorProto.UINT8), threads).run(
+            quantized, batch
+        )
+        for (name, q), r, g in zip(group.items(), ref, got):
+            scale, zero_point = (numpy_helper.to_array(constants[i]) for i in q.input[1:3])
+            dequantized = (g.astype(np.float32) - zero_point.astype(np.float32)) * scale
+            result[name] = sqnr_db(np.maximum(r, 0) if name in clamped else r, dequantized)
     return result
 
 

@@ -9,7 +9,8 @@ cleanup(model)          shape inference, constant folding, BatchNorm folding, Mu
                         dead nodes
 lower_to_qdq(model, p)  carry out a QuantPlan: absorb Relus, Divs by constants as Muls, fold smoothing that no INT8 node reads back
                         into the weights, insert Q/DQ pairs, a residual Conv for chosen inputs, widen
-                        chosen Conv outputs
+                        chosen Conv outputs, and for ONNX Runtime, a float-output INT8 MatMul's bias Add
+                        into its integer kernel
 """
 
 import onnx_ir as ir
@@ -29,6 +30,7 @@ from quantize.passes.fold_upsample import FoldUpsampleIntoConvPass
 from quantize.passes.fuse_layernorm import FuseLayerNormPass
 from quantize.passes.hoist_transpose import HoistTransposePass
 from quantize.passes.insert_qdq import InsertQDQPass
+from quantize.passes.integer_matmul_bias import IntegerMatMulBiasPass
 from quantize.passes.matmul_to_gemm import MatMulToGemmPass
 from quantize.passes.merge_transposes import MergeTransposesPass
 from quantize.passes.residual_input import ResidualInputPass
@@ -53,6 +55,7 @@ __all__ = [
     "HoistTransposePass",
     "MatMulToGemmPass",
     "InsertQDQPass",
+    "IntegerMatMulBiasPass",
     "MergeTransposesPass",
     "ResidualInputPass",
     "SmoothActivationsPass",
@@ -107,6 +110,7 @@ def lower_to_qdq(model: ir.Model, plan: QuantPlan) -> ir.Model:
             InsertQDQPass(plan),
             ResidualInputPass(plan),
             WidenOutputPass(plan),
+            *([IntegerMatMulBiasPass()] if plan.runtime == "onnxruntime" else []),
             common.RemoveUnusedNodesPass(),
             common.TopologicalSortPass(),
             common.CheckerPass(),
