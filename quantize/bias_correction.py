@@ -55,11 +55,15 @@ def bias_shifts(
     return shifts
 
 
-def shifted(graph: ir.Model, shifts: dict[str, np.ndarray]) -> ir.Model:
-    """A copy of `graph` whose named Convs have their biases lowered by their shifts."""
+def shifted(
+    graph: ir.Model, shifts: dict[str, np.ndarray], int8: set[str] | frozenset[str]
+) -> ir.Model:
+    """A copy of `graph` whose named Convs that are in `int8` have their biases lowered by their
+    shifts. A Conv sent back to FP32 after the shifts were measured keeps its bias: its shift
+    was mostly its own rounding error, which it no longer makes."""
     copy = graph.clone()
     for conv in copy.graph:
-        if conv.name in shifts:
+        if conv.name in shifts and conv.name in int8:
             bias = conv.inputs[2]
             corrected = bias.const_value.numpy() - shifts[conv.name].astype(bias.dtype.numpy())
             conv.replace_input_with(

@@ -323,14 +323,12 @@ def served(feeds: dict[str, np.ndarray], rows: int | None) -> dict[str, np.ndarr
 def qdq_model(result: QuantizeResult, fp32_nodes: set[str]) -> onnx.ModelProto:
     """The Q/DQ model with `fp32_nodes` in FP32, without the coverage check: a quick trial."""
     graph = result.calibration.graph
-    plan = make_plan(
-        graph,
-        set(result.calibration.selection.int8 - fp32_nodes),
-        result.calibration.histograms,
-        result.recipe,
-    )
+    int8 = set(result.calibration.selection.int8 - fp32_nodes)
+    plan = make_plan(graph, int8, result.calibration.histograms, result.recipe)
     return _for_ort(
-        passes.lower_to_qdq(bias_correction.shifted(graph, result.calibration.bias_shifts), plan)
+        passes.lower_to_qdq(
+            bias_correction.shifted(graph, result.calibration.bias_shifts, int8), plan
+        )
     )
 
 
@@ -375,7 +373,9 @@ def _lower_without_islands(
     until none is left. Returns the INT8 model, its plan, ORT's executed graph, and the selection."""
     while True:  # ends: every round sends at least one planned node back to FP32
         plan = make_plan(graph, set(selection.int8), histograms, recipe)
-        int8 = _for_ort(passes.lower_to_qdq(bias_correction.shifted(graph, bias_shifts), plan))
+        int8 = _for_ort(
+            passes.lower_to_qdq(bias_correction.shifted(graph, bias_shifts, plan.nodes), plan)
+        )
         executed = coverage.optimized_graph(int8)
         found = coverage.float_islands(executed, plan.nodes)
         if not found:

@@ -6,6 +6,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 from graphs import conv_net, images
+from onnx import numpy_helper
 
 from quantize import Recipe, quantize
 from quantize.bias_correction import bias_shifts, correctable, shifted
@@ -18,10 +19,11 @@ def test_shifts_undo_a_known_bias_error_in_the_first_conv_and_leave_the_next_one
     convs = correctable(graph, {n.name for n in graph.graph})
     first, second = convs[0].name, convs[1].name
     error = np.linspace(-0.5, 0.5, convs[0].inputs[2].const_value.shape[0]).astype(np.float32)
-    wrong = shifted(graph, {first: -error})  # the "INT8" model: conv1's bias off by `error`
+    every = {n.name for n in graph.graph}
+    wrong = shifted(graph, {first: -error}, every)  # the "INT8" model: conv1's bias off by `error`
 
     def lowered(shifts):
-        return ir.serde.serialize_model(shifted(wrong, shifts))
+        return ir.serde.serialize_model(shifted(wrong, shifts, every))
 
     fp32 = ir.serde.serialize_model(graph)
     shifts = bias_shifts(convs, fp32, lowered, {"x": images(8)}, threads=1)
@@ -53,3 +55,22 @@ def test_a_later_fallback_keeps_the_corrected_biases_and_says_so(tmp_path):
     fallen = keep_fp32(result, {int8_convs[-1]: "a test's fallback"})
     assert fallen.bias_correction == result.bias_correction != "off"
     assert fallen.calibration.bias_shifts == result.calibration.bias_shifts
+    assert {int8_convs[0], int8_convs[-1]} <= result.calibration.bias_shifts.keys()
+    # the Conv back in FP32 has its own bias again; the INT8 one before it keeps its correction
+    assert np.array_equal(
+        _bias(fallen.model, int8_convs[-1]), _bias(result.fp32_model, int8_convs[-1])
+    )
+    assert not np.array_equal(
+        _bias(fallen.model, int8_convs[0]), _bias(result.fp32_model, int8_convs[0])
+    )
+
+
+def _bias(model: onnx.ModelProto, conv: str) -> np.ndarray:
+    """The float bias `conv` adds, through the DequantizeLinear of an int32 one if quantized."""
+    tensors = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+    producers = {o: n for n in model.graph.node for o in n.output}
+    name = next(n for n in model.graph.node if n.name == conv).input[2]
+    if name in tensors:
+        return tensors[name]
+    dq = producers[name]
+    return tensors[dq.input[0]] * tensors[dq.input[1]]
