@@ -9,6 +9,7 @@ from graphs import _init, images, plan_for, run
 from onnx import TensorProto, helper
 
 from quantize import passes
+from quantize.validate import layer_sqnr
 
 
 def two_dense_layers():
@@ -71,3 +72,31 @@ def test_for_another_runtime_the_model_keeps_standard_ops_only():
     q = lowered("openvino")
     assert all(n.domain in ("", "ai.onnx") for n in q.graph)
     assert {"bias1", "bias2"} <= {n.name for n in q.graph}
+
+
+def test_layer_sqnr_reads_an_activation_that_only_the_fused_kernel_reads():
+    nodes = [
+        helper.make_node("Sigmoid", ["x"], ["h"], name="squash"),
+        helper.make_node("MatMul", ["h", "w"], ["p"], name="dense"),
+        helper.make_node("Add", ["p", "b"], ["y"], name="bias"),
+    ]
+    rng = np.random.default_rng(5)
+    inits = [
+        _init("w", rng.normal(0, 0.3, (16, 8)).astype(np.float32)),
+        _init("b", rng.normal(0, 1, 8).astype(np.float32)),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "dense",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    fp32 = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = passes.cleanup(ir.serde.deserialize_model(fp32))
+    q = ir.serde.serialize_model(passes.lower_to_qdq(model, plan_for(model, {"dense"})))
+    assert not any(
+        n.op_type == "DequantizeLinear" and n.input[0] == "h_quantized" for n in q.graph.node
+    )
+    sqnr = layer_sqnr(fp32, q, set(), {"x": images(4)})
+    assert sqnr.keys() == {"h"} and 30 < sqnr["h"] < 70
