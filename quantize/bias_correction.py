@@ -55,9 +55,7 @@ def bias_shifts(
     return shifts
 
 
-def shifted(
-    graph: ir.Model, shifts: dict[str, np.ndarray], int8: set[str] | frozenset[str]
-) -> ir.Model:
+def shifted(graph: ir.Model, shifts: dict[str, np.ndarray], int8: set[str]) -> ir.Model:
     """A copy of `graph` whose named Convs that are in `int8` have their biases lowered by their
     shifts. A Conv sent back to FP32 after the shifts were measured keeps its bias: its shift
     was mostly its own rounding error, which it no longer makes."""

@@ -27,7 +27,7 @@ from quantize import bench, bias_correction, coverage, kernel_timing, passes
 from quantize.frontend import load_model
 from quantize.passes.drop_idle_scaling import idle_scaling_muls
 from quantize.passes.smooth_activations import scaling_muls, smoothing_scales, weight_gemm_readers
-from quantize.plan import make_plan
+from quantize.plan import QuantPlan, make_plan
 from quantize.policy import (
     NodeDecision,
     Selection,
@@ -322,13 +322,16 @@ def served(feeds: dict[str, np.ndarray], rows: int | None) -> dict[str, np.ndarr
 
 def qdq_model(result: QuantizeResult, fp32_nodes: set[str]) -> onnx.ModelProto:
     """The Q/DQ model with `fp32_nodes` in FP32, without the coverage check: a quick trial."""
-    graph = result.calibration.graph
-    int8 = set(result.calibration.selection.int8 - fp32_nodes)
-    plan = make_plan(graph, int8, result.calibration.histograms, result.recipe)
+    calibration = result.calibration
+    int8 = set(calibration.selection.int8 - fp32_nodes)
+    plan = make_plan(calibration.graph, int8, calibration.histograms, result.recipe)
+    return _lowered(calibration.graph, plan, calibration.bias_shifts)
+
+
+def _lowered(graph: ir.Model, plan: QuantPlan, bias_shifts: dict) -> onnx.ModelProto:
+    """`graph` lowered to Q/DQ by `plan`, the bias shifts applied to the Convs it keeps INT8."""
     return _for_ort(
-        passes.lower_to_qdq(
-            bias_correction.shifted(graph, result.calibration.bias_shifts, int8), plan
-        )
+        passes.lower_to_qdq(bias_correction.shifted(graph, bias_shifts, plan.nodes), plan)
     )
 
 
@@ -373,9 +376,7 @@ def _lower_without_islands(
     until none is left. Returns the INT8 model, its plan, ORT's executed graph, and the selection."""
     while True:  # ends: every round sends at least one planned node back to FP32
         plan = make_plan(graph, set(selection.int8), histograms, recipe)
-        int8 = _for_ort(
-            passes.lower_to_qdq(bias_correction.shifted(graph, bias_shifts, plan.nodes), plan)
-        )
+        int8 = _lowered(graph, plan, bias_shifts)
         executed = coverage.optimized_graph(int8)
         found = coverage.float_islands(executed, plan.nodes)
         if not found:
