@@ -1,6 +1,7 @@
-"""`python -m benchmarks.ort_fusions`: three of ONNX Runtime's transformer fusions on this CPU,
-the fused form against what it replaces, on the activations of a served MiniLM batch (16
-sentences of 31 tokens) and of a BERT-base one (768 wide). Decides three things:
+"""`python -m benchmarks.ort_fusions`: four of ONNX Runtime's fusions on this CPU, the fused form
+against what it replaces: three transformer fusions on the activations of a served MiniLM batch
+(16 sentences of 31 tokens) and of a BERT-base one (768 wide), and the Q/DQ drop around a
+MaxPool. Decides four things:
 
 - `onnxio.cpu_session` turns ORT's SkipLayerNormFusion off: its CPU SkipLayerNormalization
   kernel is slower than the residual Add and LayerNormalization it replaces.
@@ -10,6 +11,10 @@ sentences of 31 tokens) and of a BERT-base one (768 wide). Decides three things:
 - IntegerMatMulBiasPass writes a float-output INT8 MatMul as MatMulIntegerToFloat with its bias:
   ORT fuses the bias Add into that kernel only under dynamic quantization, and from a static
   Q/DQ MatMul it runs the Add (or a BiasGelu) after it.
+- The pipeline keeps FP32 a MaxPool that ORT would run on uint8 in its NCHW kernel
+  (`coverage.nchw_uint8_maxpools`): ORT drops the DequantizeLinear and QuantizeLinear around a
+  MaxPool whose input and output share a scale, and away from its NHWC integer convolutions
+  runs a generic uint8 kernel slower than the float MaxPool with the pair around it.
 """
 
 import numpy as np
@@ -105,6 +110,39 @@ def integer_dense(width: int, out_width: int, gelu: bool, bias_in_kernel: bool) 
     return _model(nodes, ["x"], width, inits, out_width, rows=("batch", "tokens"))
 
 
+def dequantized_maxpool(
+    shape: tuple[int, ...], kernel: int, stride: int, pad: int, same_scale: bool
+) -> onnx.ModelProto:
+    """uint8 x -> DequantizeLinear -> MaxPool -> QuantizeLinear -> uint8 y. With the output's
+    scale the input's, ORT drops the pair and runs the MaxPool on uint8; with a scale of its own
+    (as the pipeline calibrates an FP32 MaxPool's output), in float."""
+    inits = [
+        numpy_helper.from_array(np.float32(0.05), "x_scale"),
+        numpy_helper.from_array(np.float32(0.05 if same_scale else 0.0501), "y_scale"),
+        numpy_helper.from_array(np.uint8(128), "zero_point"),
+    ]
+    nodes = [
+        helper.make_node("DequantizeLinear", ["x", "x_scale", "zero_point"], ["x_float"]),
+        helper.make_node(
+            "MaxPool",
+            ["x_float"],
+            ["y_float"],
+            kernel_shape=[kernel] * 2,
+            strides=[stride] * 2,
+            pads=[pad] * 4,
+        ),
+        helper.make_node("QuantizeLinear", ["y_float", "y_scale", "zero_point"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "maxpool",
+        [helper.make_tensor_value_info("x", TensorProto.UINT8, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.UINT8, None)],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
 def _erf_gelu(x: str, y: str, half: np.ndarray) -> tuple[list, list]:
     """x * (erf(x / sqrt 2) + 1) * half, as exporters write the GELU (half = 0.5)."""
     inits = [
@@ -135,37 +173,39 @@ def _model(nodes, inputs, width, inits, out_width=None, rows=ROWS) -> onnx.Model
     return helper.make_model(graph, opset_imports=opsets)
 
 
-def cases() -> list[tuple[str, int, dict[str, onnx.ModelProto], list[str]]]:
-    """(case, width, {form: model}, input names); the form the project chooses first."""
+def cases() -> list[tuple[str, dict[str, onnx.ModelProto], dict[str, np.ndarray]]]:
+    """(case, {form: model}, feeds); the form the project chooses first."""
+    rng = np.random.default_rng(2)
+
+    def tokens(width, *names):
+        return {n: rng.normal(size=(*ROWS, width)).astype(np.float32) for n in names}
+
     return [
         *[
             (
                 f"residual Add + LayerNorm ({width} wide)",
-                width,
                 {
                     "Add, LayerNormalization": skip_layernorm(width, fused=False),
                     "SkipLayerNormalization (ORT's fusion)": skip_layernorm(width, fused=True),
                 },
-                ["x", "skip"],
+                tokens(width, "x", "skip"),
             )
             for width in (384, 768)
         ],
         *[
             (
                 f"bias + GELU + smoothing ({width} wide)",
-                width,
                 {
                     "0.5 kept: BiasGelu, then the scaling Mul": smoothed_gelu(width, False),
                     "1/s in the 0.5: GELU unfused": smoothed_gelu(width, True),
                 },
-                ["x"],
+                tokens(width, "x"),
             )
             for width in (1536, 3072)
         ],
         *[
             (
                 f"INT8 dense {width} -> {out_width}, bias{', GELU' if gelu else ''}",
-                width,
                 {
                     "MatMulIntegerToFloat with the bias": integer_dense(
                         width, out_width, gelu, bias_in_kernel=True
@@ -174,18 +214,34 @@ def cases() -> list[tuple[str, int, dict[str, onnx.ModelProto], list[str]]]:
                         width, out_width, gelu, bias_in_kernel=False
                     ),
                 },
-                ["x"],
+                tokens(width, "x"),
             )
             for width, out_width, gelu in ((384, 384, False), (384, 1536, True))
+        ],
+        *[
+            (
+                f"MaxPool {kernel}x{kernel}/{stride} of uint8 {' x '.join(map(str, shape))} ({where})",
+                {
+                    "DequantizeLinear, float MaxPool, QuantizeLinear": dequantized_maxpool(
+                        shape, kernel, stride, pad, same_scale=False
+                    ),
+                    "uint8 MaxPool (ORT drops the Q/DQ pair)": dequantized_maxpool(
+                        shape, kernel, stride, pad, same_scale=True
+                    ),
+                },
+                {"x": rng.integers(0, 256, shape, dtype=np.uint8)},
+            )
+            for shape, kernel, stride, pad, where in (
+                ((6, 200, 2, 96), 2, 2, 0, "the PP-OCR direction classifier's"),
+                ((1, 64, 112, 112), 3, 2, 1, "a ResNet stem's"),
+            )
         ],
     ]
 
 
 def main() -> None:
-    rng = np.random.default_rng(2)
     rows = []
-    for case, width, forms, inputs in cases():
-        feeds = {n: rng.normal(size=(*ROWS, width)).astype(np.float32) for n in inputs}
+    for case, forms, feeds in cases():
         speed = compare_sessions(forms, feeds, threads=THREADS, min_seconds=sized(3.0, 0.3))
         (chosen, a), (other, b) = ((form, speed[form]) for form in forms)
         rows.append(
@@ -200,7 +256,8 @@ def main() -> None:
     result = {"machine": host_isa(), "threads": THREADS, "batch": list(ROWS), "cases": rows}
     markdown = "\n".join(
         [
-            "# ONNX Runtime fusions on this CPU: median ms a batch of 16 x 31 tokens, 2 threads",
+            "# ONNX Runtime fusions on this CPU: median ms, 2 threads (transformer cases: a batch"
+            " of 16 x 31 tokens)",
             "",
             "| case | chosen form | ms | other form | ms | other / chosen |",
             "|---|---|---|---|---|---|",

@@ -4,6 +4,11 @@ After the Q/DQ passes, ORT's graph optimiser fuses DequantizeLinear -> op -> Qua
 into integer kernels where it has one. A planned node that survives in ORT's optimized graph
 as its float op with a dequantized input is an island: it runs in FP32 between a
 DequantizeLinear and a QuantizeLinear, which is slower than no quantization at all.
+
+Some uint8 kernels are slower than float ones: ORT drops the Q/DQ pair around a MaxPool and runs
+it on uint8, in NHWC (NhwcMaxPool) next to its NHWC integer convolutions, but elsewhere in a
+generic NCHW kernel 5-20x slower than its float MaxPool with the DequantizeLinear and
+QuantizeLinear around it (`python -m benchmarks.ort_fusions`).
 """
 
 import tempfile
@@ -78,6 +83,19 @@ def float_islands(graph: onnx.GraphProto, planned: set[str]) -> set[str]:
         if any(p is not None and p.op_type == "DequantizeLinear" for p in fed):
             islands.add(origin)
     return islands
+
+
+def nchw_uint8_maxpools(graph: onnx.GraphProto, planned: set[str]) -> set[str]:
+    """Planned MaxPools ORT runs on uint8 in its NCHW kernel (no DequantizeLinear feeds them)."""
+    producer = {out: node for node in graph.node for out in node.output}
+    return {
+        node.name
+        for node in graph.node
+        if node.op_type == "MaxPool"
+        and node.domain in ("", "ai.onnx")
+        and node.name in planned
+        and getattr(producer.get(node.input[0]), "op_type", None) != "DequantizeLinear"
+    }
 
 
 def kernel_counts(graph: onnx.GraphProto) -> dict[str, dict[str, int]]:

@@ -369,24 +369,26 @@ def _lower(
     )
 
 
+FLOAT_ISLAND = "ORT ran it in float between Q/DQ (no fusion for this pattern), so it stays FP32"
+NCHW_MAXPOOL = "ORT ran it on uint8 in its NCHW MaxPool kernel, slower than in float: it stays FP32"
+
+
 def _lower_without_islands(
     graph: ir.Model, selection: Selection, histograms: dict, recipe: Recipe, bias_shifts: dict
 ):
-    """Lower to Q/DQ (`bias_shifts` taken from the Convs' biases), then send every planned node ORT would still run in float back to FP32,
-    until none is left. Returns the INT8 model, its plan, ORT's executed graph, and the selection."""
+    """Lower to Q/DQ (`bias_shifts` taken from the Convs' biases), then send every planned node ORT
+    would still run in float, or (for ONNX Runtime) on uint8 in a kernel slower than float, back
+    to FP32, until none is left. Returns the INT8 model, its plan, ORT's executed graph, and the selection."""
     while True:  # ends: every round sends at least one planned node back to FP32
         plan = make_plan(graph, set(selection.int8), histograms, recipe)
         int8 = _lowered(graph, plan, bias_shifts)
         executed = coverage.optimized_graph(int8)
-        found = coverage.float_islands(executed, plan.nodes)
+        found = dict.fromkeys(coverage.float_islands(executed, plan.nodes), FLOAT_ISLAND)
+        if recipe.runtime == "onnxruntime":
+            found |= dict.fromkeys(coverage.nchw_uint8_maxpools(executed, plan.nodes), NCHW_MAXPOOL)
         if not found:
             return int8, plan, executed, selection
-        selection = selection.without(
-            dict.fromkeys(
-                found,
-                "ORT ran it in float between Q/DQ (no fusion for this pattern), so it stays FP32",
-            )
-        )
+        selection = selection.without(found)
 
 
 def _slower_in_int8(
