@@ -71,7 +71,7 @@ def optimized_graph(model: onnx.ModelProto, threads: int = 1) -> onnx.GraphProto
 
 def float_islands(graph: onnx.GraphProto, planned: set[str]) -> set[str]:
     """Planned nodes ORT still runs as float ops fed by a DequantizeLinear."""
-    producer = {out: node for node in graph.node for out in node.output}
+    dequantized = _dequantized(graph)
     islands = set()
     for node in graph.node:
         origin = next(
@@ -79,23 +79,27 @@ def float_islands(graph: onnx.GraphProto, planned: set[str]) -> set[str]:
         )  # ORT renames what it fuses: "<name>/MatMulAddFusion"
         if origin is None or node.op_type in INTEGER_OPS | BOUNDARY_OPS:
             continue
-        fed = [producer.get(i) for i in node.input if i]
-        if any(p is not None and p.op_type == "DequantizeLinear" for p in fed):
+        if any(i in dequantized for i in node.input):
             islands.add(origin)
     return islands
 
 
 def nchw_uint8_maxpools(graph: onnx.GraphProto, planned: set[str]) -> set[str]:
     """Planned MaxPools ORT runs on uint8 in its NCHW kernel (no DequantizeLinear feeds them)."""
-    producer = {out: node for node in graph.node for out in node.output}
+    dequantized = _dequantized(graph)
     return {
         node.name
         for node in graph.node
         if node.op_type == "MaxPool"
         and node.domain in ("", "ai.onnx")
         and node.name in planned
-        and getattr(producer.get(node.input[0]), "op_type", None) != "DequantizeLinear"
+        and node.input[0] not in dequantized
     }
+
+
+def _dequantized(graph: onnx.GraphProto) -> set[str]:
+    """The tensors a DequantizeLinear writes: float, read from uint8."""
+    return {out for node in graph.node if node.op_type == "DequantizeLinear" for out in node.output}
 
 
 def kernel_counts(graph: onnx.GraphProto) -> dict[str, dict[str, int]]:
