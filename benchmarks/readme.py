@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 from onnxio import write_text
+from quantize.target import TARGETS
 
 RESULTS = Path(__file__).resolve().parent / "results"
 README = RESULTS.parents[1] / "README.md"
@@ -22,11 +23,12 @@ def render() -> str:
     """The generated part of the README's Results section."""
     resnet50 = [_resnet50(stem, _load(stem)) for stem in _per_target("resnet50")]
     zoo = [_zoo(stem, _load(stem)) for stem in _per_target("zoo")]
+    translator = [_translator(stem, _load(stem)) for stem in _per_target("translator")]
     return "\n\n".join(
         [
             _targets(_load("targets")),
             *resnet50,
-            _translator(_load("translator")),
+            *translator,
             _translator_targets(_load("translator_targets")),
             _calogan(_load("calogan")),
             _scale_out(_load("scale_out")),
@@ -49,7 +51,7 @@ def main() -> None:
 
 def _per_target(name: str) -> list[str]:
     """The stems of a benchmark's files written one per CPU target (NAME_avx2, NAME_amx...)."""
-    return [path.stem for path in sorted(RESULTS.glob(f"{name}_*.json"))]
+    return [f"{name}_{t}" for t in TARGETS if (RESULTS / f"{name}_{t}.json").exists()]
 
 
 def _load(name: str) -> dict:
@@ -135,7 +137,7 @@ def _resnet50_at_224(stem: str, d: dict) -> str:
     )
 
 
-def _translator(d: dict) -> str:
+def _translator(stem: str, d: dict) -> str:
     names = {
         "fp32": "FP32 as exported",
         "fp32_clean": "FP32 after clean-up",
@@ -163,7 +165,7 @@ def _translator(d: dict) -> str:
     title = (
         f"**Translator**, English to German, greedy, {d['test_sentences']} test sentences, each at its best "
         f"batch setting: ours, ORT's and OpenVINO's through the bin-packing batcher, CTranslate2 with its own batching "
-        f"(`make translator`, `translator.md`; {_where(d)}):"
+        f"(`make translator`, `{stem}.md`; {_where(d)}):"
     )
     header = ["variant", "sentences/s", "x FP32 after clean-up", "x FP32 as exported", "BLEU"]
     return title + "\n\n" + _table(header, rows, bold=list(names).index("ours"))

@@ -4,7 +4,8 @@ with the transformer recipe, ORT quantize_dynamic, ORT quantize_static on MatMul
 percentile ranges), the encoder at batch 16 x 64 tokens as in REFERENCE section 7, and a
 decoder step (batch 16, 32 cached positions, 64 source positions, 32k-way logits).
 
-`python -m benchmarks.transformer_base` writes benchmarks/results/transformer_base.json/.md.
+`python -m benchmarks.transformer_base` writes benchmarks/results/transformer_base_TARGET.json/.md
+(TARGET: this CPU's INT8 path).
 Calibration: 32 random-token feeds per graph (the recipe's ranges, not accuracy, are what
 random weights can exercise; accuracy is measured on the trained translator).
 """
@@ -24,7 +25,7 @@ from quantize.bench import compare_sessions
 from quantize.pipeline import quantize
 from quantize.recipe import Recipe
 from quantize.runtime import session
-from quantize.target import host_isa
+from quantize.target import host_isa, host_target
 from quantize.validate import sqnr_db
 
 BATCH, SOURCE, CACHED = 16, 64, 32
@@ -94,7 +95,7 @@ def main() -> None:
                 }
                 for variant, m in models.items()
             }
-    write_results("transformer_base", data, _markdown(data))
+    write_results(f"transformer_base_{host_target()}", data, _markdown(data))
     print(_markdown(data))
 
 

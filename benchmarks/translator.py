@@ -13,7 +13,7 @@ setting (and FP32 at the same setting as ours). BLEU is sacrebleu's, at the best
 with its range over all settings: a model whose output depends on which sentences share its
 batch (dynamic activation ranges) shows it there. Then the batcher
 against arrival-order batches of ARRIVAL_BATCH at the same precision and setting.
-Writes benchmarks/results/translator.json and .md.
+Writes benchmarks/results/translator_TARGET.json and .md (TARGET: this CPU's INT8 path).
 """
 
 import os
@@ -36,7 +36,7 @@ from models.translator.translate import Translator, TranslatorFiles, default_fol
 from quantize.batcher import StreamPool, pack, padding_fraction
 from quantize.pipeline import cleaned_fp32
 from quantize.recipe import Recipe
-from quantize.target import host_isa
+from quantize.target import host_isa, host_target
 
 ROUNDS = sized(5, 1)
 ARRIVAL_BATCH = 32
@@ -199,7 +199,7 @@ def main() -> None:
         },
         "isa": host_isa(),
     }
-    write_results("translator", data, _markdown(data))
+    write_results(f"translator_{host_target()}", data, _markdown(data))
     print(_markdown(data))
 
 

@@ -30,9 +30,9 @@ def test_a_changed_figure_shows_in_the_rendered_readme(tmp_path, monkeypatch):
         (tmp_path / path.name).write_text(path.read_text())
     monkeypatch.setattr(readme, "RESULTS", tmp_path)
     before = readme.render()
-    data = json.loads((tmp_path / "translator.json").read_text())
+    data = json.loads((tmp_path / "translator_amx.json").read_text())
     data["bleu"]["ours"] = 12.5
-    (tmp_path / "translator.json").write_text(json.dumps(data))
+    (tmp_path / "translator_amx.json").write_text(json.dumps(data))
     after = readme.render()
     assert "**12.50**" in after and "12.50" not in before
 
