@@ -10,7 +10,7 @@ batch, and output SQNR on held-out samples. Writes benchmarks/results/div_to_mul
 
 from functools import partial
 
-from benchmarks.results import sized, write_results
+from benchmarks.results import for_this_cpu, sized, write_results
 from benchmarks.zoo.run import FULL, REDUCED, all_models, calibrated, untimed_recipe
 from quantize.bench import compare
 from quantize.frontend import load_model
@@ -18,7 +18,6 @@ from quantize.passes import cleanup
 from quantize.pipeline import keep_fp32
 from quantize.policy import select_nodes
 from quantize.runtime import session
-from quantize.target import host_target
 
 TITLE = "# A Div by a constant: QLinearMul by 1/c (DivToMulPass) against a float Div between Q/DQ"
 
@@ -79,7 +78,7 @@ def main() -> None:
     )
     records = [r for r in found if r is not None]
     markdown = f"{TITLE}\n\n{_table(records)}"
-    write_results(f"div_to_mul_{host_target()}", {"models": records}, markdown)
+    write_results(for_this_cpu("div_to_mul"), {"models": records}, markdown)
     print(markdown)
 
 

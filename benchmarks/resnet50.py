@@ -20,7 +20,7 @@ import time
 import numpy as np
 import onnx
 
-from benchmarks.results import sized, write_results
+from benchmarks.results import for_this_cpu, sized, write_results
 from benchmarks.rivals import (
     TFLiteRunner,
     nncf_int8,
@@ -34,7 +34,7 @@ from quantize import Recipe, RunOptions, quantize
 from quantize.bench import compare
 from quantize.coverage import kernel_counts, optimized_graph
 from quantize.runtime import OpenVINOSession, session
-from quantize.target import host_isa, host_target
+from quantize.target import host_isa
 
 THREADS = 2
 SPEEDS = ((32, 1), (32, 32), (224, 32))  # (image size, batch)
@@ -173,7 +173,7 @@ def main() -> None:
         "INFERENCE_PRECISION_HINT f32; NNCF quantize defaults (performance preset, fast bias "
         "correction), 1000 calibration images",
     }
-    path = write_results(f"resnet50_{host_target()}", result, _markdown(result))
+    path = write_results(for_this_cpu("resnet50"), result, _markdown(result))
     print(_markdown(result))
     print(f"wrote {path}")
 

@@ -9,7 +9,7 @@ from importlib import metadata
 from pathlib import Path
 
 from onnxio import write_text
-from quantize.target import host_isa
+from quantize.target import host_isa, host_target
 
 # `make bench-quick`: every benchmark end to end on small sizes, a check that it runs; its files go
 # to results/quick/ (not committed), never over the committed results.
@@ -33,6 +33,12 @@ VERSIONED = (
 def sized(full, quick):
     """`full`, or `quick` in a quick run."""
     return quick if QUICK else full
+
+
+def for_this_cpu(name: str) -> str:
+    """The name of a benchmark's files whose figures depend on the CPU's INT8 path: NAME_TARGET
+    (avx2, vnni, amx), one file per target beside the others."""
+    return f"{name}_{host_target()}"
 
 
 def write_results(name: str, data: dict, markdown: str) -> Path:

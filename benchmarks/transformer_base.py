@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 
-from benchmarks.results import sized, write_results
+from benchmarks.results import for_this_cpu, sized, write_results
 from benchmarks.rivals import ort_quantize_dynamic, ort_quantize_static
 from models.translator.export import cache_names, export
 from models.translator.network import BASE
@@ -25,7 +25,7 @@ from quantize.bench import compare_sessions
 from quantize.pipeline import quantize
 from quantize.recipe import Recipe
 from quantize.runtime import session
-from quantize.target import host_isa, host_target
+from quantize.target import host_isa
 from quantize.validate import sqnr_db
 
 BATCH, SOURCE, CACHED = 16, 64, 32
@@ -95,7 +95,7 @@ def main() -> None:
                 }
                 for variant, m in models.items()
             }
-    write_results(f"transformer_base_{host_target()}", data, _markdown(data))
+    write_results(for_this_cpu("transformer_base"), data, _markdown(data))
     print(_markdown(data))
 
 

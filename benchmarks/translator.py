@@ -25,7 +25,7 @@ import onnx
 import sacrebleu
 
 from benchmarks.ct2_translator import CT2Translator, convert
-from benchmarks.results import sized, write_results
+from benchmarks.results import for_this_cpu, sized, write_results
 from benchmarks.rivals import nncf_int8, ort_quantize_dynamic, ort_quantize_static
 from models.translator.build import calibration_sentences, map_graphs, quantize_translator
 from models.translator.corpus import build_corpus, read_split
@@ -36,7 +36,7 @@ from models.translator.translate import Translator, TranslatorFiles, default_fol
 from quantize.batcher import StreamPool, pack, padding_fraction
 from quantize.pipeline import cleaned_fp32
 from quantize.recipe import Recipe
-from quantize.target import host_isa, host_target
+from quantize.target import host_isa
 
 ROUNDS = sized(5, 1)
 ARRIVAL_BATCH = 32
@@ -199,7 +199,7 @@ def main() -> None:
         },
         "isa": host_isa(),
     }
-    write_results(f"translator_{host_target()}", data, _markdown(data))
+    write_results(for_this_cpu("translator"), data, _markdown(data))
     print(_markdown(data))
 
 

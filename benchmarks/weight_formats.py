@@ -10,13 +10,13 @@ benchmarks/results/weight_formats_TARGET.{json,md}.
 
 from functools import partial
 
-from benchmarks.results import sized, write_results
+from benchmarks.results import for_this_cpu, sized, write_results
 from benchmarks.zoo.run import FULL, REDUCED, all_models, calibrated, untimed_recipe
 from quantize.bench import compare
 from quantize.frontend import load_model
 from quantize.pipeline import with_weights
 from quantize.runtime import session
-from quantize.target import WEIGHT_FORMATS, host_target, saturated_by
+from quantize.target import WEIGHT_FORMATS, saturated_by
 
 TITLE = "# Weight formats on this CPU: int7 (U8S8) against uint8 (U8U8) and, where exact, int8"
 
@@ -87,7 +87,7 @@ def main() -> None:
         if "dynamo" not in m.exporter  # the same MiniLM as the TorchScript export
     ]
     markdown = f"{TITLE}\n\n{_table(records)}"
-    write_results(f"weight_formats_{host_target()}", {"models": records}, markdown)
+    write_results(for_this_cpu("weight_formats"), {"models": records}, markdown)
     print(markdown)
 
 

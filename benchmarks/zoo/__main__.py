@@ -5,9 +5,8 @@ benchmarks/results/zoo_TARGET.{json,md} (TARGET: this CPU's INT8 path, avx2, vnn
 import argparse
 import json
 
-from benchmarks.results import sized, write_results
+from benchmarks.results import for_this_cpu, sized, write_results
 from benchmarks.zoo.run import FULL, REDUCED, all_models, run_model, table
-from quantize.target import host_target
 
 TITLE = "# Model zoo: `quantize MODEL --calib DATA` with the CLI's defaults"
 
@@ -24,7 +23,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.only:
         print(table(records))
     else:
-        write_results(f"zoo_{host_target()}", {"models": records}, f"{TITLE}\n\n{table(records)}")
+        write_results(for_this_cpu("zoo"), {"models": records}, f"{TITLE}\n\n{table(records)}")
 
 
 if __name__ == "__main__":
