@@ -21,14 +21,15 @@ END = "<!-- results: end -->"
 
 def render() -> str:
     """The generated part of the README's Results section."""
-    resnet50 = [_resnet50(stem, _load(stem)) for stem in _per_target("resnet50")]
+    resnet50 = _per_target("resnet50")
+    earlier = [stem for stem in resnet50 if "rows" not in _load(stem)]
     zoo = [_zoo(stem, _load(stem)) for stem in _per_target("zoo")]
-    translator = [_translator(stem, _load(stem)) for stem in _per_target("translator")]
     return "\n\n".join(
         [
             _targets(_load("targets")),
-            *resnet50,
-            *translator,
+            *(_resnet50_at_224(stem, _load(stem)) for stem in earlier),
+            _resnet50([stem for stem in resnet50 if stem not in earlier]),
+            _translator(_per_target("translator")),
             _translator_targets(_load("translator_targets")),
             _calogan(_load("calogan")),
             _scale_out(_load("scale_out")),
@@ -65,6 +66,28 @@ def _where(data: dict) -> str:
     return f"{isa['cpu']}, {isa['int8_gemm_path']}, ORT {isa['onnxruntime']}{at}"
 
 
+def _sources(runs: dict[str, dict]) -> str:
+    """Each run's file, command, CPU and commit."""
+    return "; ".join(f"`{stem}.md`, `{d['command']}`: {_where(d)}" for stem, d in runs.items())
+
+
+def _across_targets(
+    runs: dict[str, dict], labels: dict[str, str], columns, cells, bold: str
+) -> str:
+    """One row per variant, a group of `columns` per CPU target's run (its target leads the group's
+    first header); `cells(run, name)` gives a run's cells, None where the run lacks the variant
+    (a dash then; a variant no run has is left out)."""
+    labels = {n: label for n, label in labels.items() if any(cells(d, n) for d in runs.values())}
+    header = ["variant"]
+    for stem in runs:
+        header += [f"{stem.rsplit('_', 1)[1].upper()}: {columns[0]}", *columns[1:]]
+    rows = [
+        [label, *(c for d in runs.values() for c in cells(d, name) or ["-"] * len(columns))]
+        for name, label in labels.items()
+    ]
+    return _table(header, rows, bold=list(labels).index(bold))
+
+
 def _table(header: list[str], rows: list[list[str]], bold: int) -> str:
     """A Markdown table; row `bold` (ours) in bold."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -93,29 +116,30 @@ def _targets(d: dict) -> str:
     return title + "\n\n" + _table(header, rows, bold=3)
 
 
-def _resnet50(stem: str, d: dict) -> str:
-    """One run per CPU target; runs before OpenVINO and the 32x32 timings joined are one line
-    each (`_resnet50_at_224`)."""
-    if "rows" not in d:
-        return _resnet50_at_224(stem, d)
-    base = d["rows"][d["baseline"]]
-    rows = [
-        [
-            r["label"],
+def _resnet50(stems: list[str]) -> str:
+    """The runs with OpenVINO, Quark and the 32x32 timings, a group of columns per CPU target."""
+
+    def cells(d: dict, name: str) -> list[str] | None:
+        if name not in d["rows"]:
+            return None
+        r, base = d["rows"][name], d["rows"][d["baseline"]]
+        return [
             f"{r['top1']:.2f}",
             f"{r['throughput_32_b32']:.1f}",
             f"{r['throughput_32_b32'] / base['throughput_32_b32']:.2f}",
             f"{r['throughput_224_b32']:.1f}",
             f"{r['throughput_224_b32'] / base['throughput_224_b32']:.2f}",
         ]
-        for r in d["rows"].values()
-    ]
+
+    runs = {stem: _load(stem) for stem in stems}
+    labels = {n: r["label"] for d in runs.values() for n, r in d["rows"].items()}
+    first = next(iter(runs.values()))
+    columns = ["top-1 %", "img/s 32x32", "x baseline", "img/s 224x224", "x baseline"]
     title = (
-        f"**ResNet-50 against the rival quantizers** (`{d['command']}`, `{stem}.md`; {_where(d)}; "
-        f"top-1 on {d['accuracy_input']}; speed at batch 32, {d['threads']} threads):"
+        f"**ResNet-50 against the rival quantizers** ({_sources(runs)}; "
+        f"top-1 on {first['accuracy_input']}; speed at batch 32, {first['threads']} threads):"
     )
-    header = ["model", "top-1 %", "img/s 32x32", "x baseline", "img/s 224x224", "x baseline"]
-    return title + "\n\n" + _table(header, rows, bold=list(d["rows"]).index("int8"))
+    return title + "\n\n" + _across_targets(runs, labels, columns, cells, bold="int8")
 
 
 def _resnet50_at_224(stem: str, d: dict) -> str:
@@ -137,7 +161,7 @@ def _resnet50_at_224(stem: str, d: dict) -> str:
     )
 
 
-def _translator(stem: str, d: dict) -> str:
+def _translator(stems: list[str]) -> str:
     names = {
         "fp32": "FP32 as exported",
         "fp32_clean": "FP32 after clean-up",
@@ -150,25 +174,27 @@ def _translator(stem: str, d: dict) -> str:
         "nncf_openvino": "NNCF INT8 (OpenVINO)",
         "ours_openvino": "quantize INT8 run by OpenVINO",
     }
-    speed, bleu = d["sentences_per_s_at_best"], d["bleu"]
-    names = {n: label for n, label in names.items() if n in speed}  # older runs had no OpenVINO
-    rows = [
-        [
-            names[n],
-            f"{speed[n]:.0f}",
-            f"{speed[n] / speed['fp32_clean']:.2f}",
-            f"{speed[n] / speed['fp32']:.2f}",
-            f"{bleu[n]:.2f}",
+
+    def cells(d: dict, name: str) -> list[str] | None:
+        speed, bleu = d["sentences_per_s_at_best"], d["bleu"]
+        if name not in speed:
+            return None
+        return [
+            f"{speed[name]:.0f}",
+            f"{speed[name] / speed['fp32_clean']:.2f}",
+            f"{speed[name] / speed['fp32']:.2f}",
+            f"{bleu[name]:.2f}",
         ]
-        for n in names
-    ]
+
+    runs = {stem: _load(stem) for stem in stems}
+    sentences = next(iter(runs.values()))["test_sentences"]
     title = (
-        f"**Translator**, English to German, greedy, {d['test_sentences']} test sentences, each at its best "
-        f"batch setting: ours, ORT's and OpenVINO's through the bin-packing batcher, CTranslate2 with its own batching "
-        f"(`make translator`, `{stem}.md`; {_where(d)}):"
+        f"**Translator**, English to German, greedy, {sentences} test sentences, each at its best "
+        f"batch setting: ours, ORT's and OpenVINO's through the bin-packing batcher, CTranslate2 with its own "
+        f"batching ({_sources(runs)}):"
     )
-    header = ["variant", "sentences/s", "x FP32 after clean-up", "x FP32 as exported", "BLEU"]
-    return title + "\n\n" + _table(header, rows, bold=list(names).index("ours"))
+    columns = ["sentences/s", "x FP32 after clean-up", "x FP32 as exported", "BLEU"]
+    return title + "\n\n" + _across_targets(runs, names, columns, cells, bold="ours")
 
 
 def _translator_targets(d: dict) -> str:
