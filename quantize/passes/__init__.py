@@ -3,7 +3,7 @@
 cleanup(model)          shape inference, constant folding, BatchNorm folding, Mul/Div-by-constant
                         chains into one Mul, per-channel scales and shifts into the Convs
                         beside them, decomposed
-                        LayerNorm -> LayerNormalization, MatMul+bias -> Gemm, zero Pads into Convs, upsampling into Convs,
+                        LayerNorm -> LayerNormalization, MatMul+bias -> Gemm (also across a Reshape), zero Pads into Convs, upsampling into Convs,
                         Conv3D -> 2D Conv, Reshapes before Transposes, Transpose merging and hoisting
                         through layout-blind ops,
                         dead nodes
@@ -17,6 +17,7 @@ import onnx_ir as ir
 from onnx_ir.passes import common
 
 from quantize.passes.absorb_activation import AbsorbActivationPass
+from quantize.passes.bias_before_reshape import BiasBeforeReshapePass
 from quantize.passes.div_to_mul import DivToMulPass
 from quantize.passes.drop_idle_scaling import DropIdleScalingPass
 from quantize.passes.fold_batchnorm import FoldBatchNormPass
@@ -41,6 +42,7 @@ from quantize.plan import QuantPlan
 
 __all__ = [
     "AbsorbActivationPass",
+    "BiasBeforeReshapePass",
     "DivToMulPass",
     "DropIdleScalingPass",
     "FoldBatchNormPass",
@@ -81,6 +83,7 @@ def cleanup(model: ir.Model) -> ir.Model:
             FoldConvInputAffinePass(),
             common.ShapeInferencePass(),  # the Gemm and LayerNorm fusions need input ranks
             FuseLayerNormPass(),
+            BiasBeforeReshapePass(),  # a Dense layer on a sequence (tf2onnx Tensordot)
             MatMulToGemmPass(),
             FoldPadIntoConvPass(),
             common.ShapeInferencePass(),  # the upsampling and Conv3D foldings need the shapes the Pad folding changed
