@@ -14,7 +14,8 @@ from quantize.passes.rewrite import FusionPass, add_initializer
 
 class BiasBeforeReshapePass(FusionPass):
     """Rewrites MatMul -> Reshape -> Add(constant vector along the last axis) as
-    MatMul -> Add -> Reshape, where the MatMul is 2-D with constant weights. The Reshape's output takes the Add's name."""
+    MatMul -> Add -> Reshape, where the MatMul is 2-D with constant weights. The Reshape's
+    output takes the Add's name."""
 
     def match(self, add: ir.Node) -> tuple[ir.Node, ir.Value] | None:
         """(the Reshape, the bias) for a bias Add that can move."""
