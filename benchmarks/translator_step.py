@@ -18,7 +18,6 @@ import time
 from pathlib import Path
 
 import numpy as np
-import onnxruntime as ort
 
 from benchmarks.results import for_this_cpu, sized, write_results
 from benchmarks.translator import MAX_BATCH
@@ -27,7 +26,6 @@ from models.translator.corpus import build_corpus, read_split
 from models.translator.evaluate import calibration_feeds
 from models.translator.translate import Translator, TranslatorFiles, default_folder
 from onnxio import cpu_session
-from onnxio.session import DISABLED_OPTIMIZERS
 from quantize.batcher import pack
 from quantize.bench import compare
 from quantize.pipeline import cleaned_fp32
@@ -99,16 +97,8 @@ def _real_step(files: TranslatorFiles) -> dict[str, np.ndarray]:
 
 def _profile(model: Path, feed: dict) -> dict[str, float]:
     """Each group's share of the kernel time ORT's profiler records over PROFILED_STEPS runs."""
-    options = ort.SessionOptions()
-    options.intra_op_num_threads, options.enable_profiling = 1, True
     with tempfile.TemporaryDirectory() as tmp:
-        options.profile_file_prefix = str(Path(tmp) / "step")
-        session = ort.InferenceSession(
-            str(model),
-            options,
-            providers=["CPUExecutionProvider"],
-            disabled_optimizers=DISABLED_OPTIMIZERS,  # the graph cpu_session runs
-        )
+        session = cpu_session(model, threads=1, profile_prefix=Path(tmp) / "step")
         for _ in range(PROFILED_STEPS):
             session.run(None, feed)
         events = json.loads(Path(session.end_profiling()).read_text())

@@ -24,9 +24,12 @@ def cpu_session(
     threads: int = 0,
     optimized_path: Path | None = None,
     config: dict[str, str] | None = None,
+    profile_prefix: Path | None = None,
 ) -> ort.InferenceSession:
     """A CPU session with all graph optimisations but DISABLED_OPTIMIZERS; `config` holds extra
-    session config entries, `optimized_path` where ORT writes the graph it optimised."""
+    session config entries, `optimized_path` where ORT writes the graph it optimised,
+    `profile_prefix` where ORT's profiler writes its record of every run (`end_profiling()`
+    names the file)."""
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
     options.intra_op_num_threads = threads
@@ -38,6 +41,8 @@ def cpu_session(
             "session.optimized_model_external_initializers_file_name",
             f"{Path(optimized_path).name}.data",
         )
+    if profile_prefix is not None:
+        options.enable_profiling, options.profile_file_prefix = True, str(profile_prefix)
     for key, value in (config or {}).items():
         options.add_session_config_entry(key, value)
     if isinstance(model, (str, Path)):
