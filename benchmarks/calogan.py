@@ -14,7 +14,9 @@ calibrated on 512 latents of 10-500 GeV, like ours as one model. Every generator
 way, as a shower source (latents in, showers in GeV out), first, before the physics runs.
 Besides the JSON and Markdown, the run writes the core's validation report (of the one-model
 INT8) with the physics section of every generator and its plots
-(benchmarks/results/calogan_report.html).
+(benchmarks/results/calogan_TARGET_report.html).
+
+Writes benchmarks/results/calogan_TARGET.json and .md (TARGET: this CPU's INT8 path).
 """
 
 import tempfile
@@ -25,7 +27,7 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from benchmarks.results import RESULTS, provenance, sized, write_results
+from benchmarks.results import RESULTS, for_this_cpu, provenance, sized, write_results
 from benchmarks.rivals import (
     TFLiteRunner,
     nncf_int8,
@@ -92,6 +94,7 @@ UNTIMED = "tflite_int8"
 
 
 def main() -> None:
+    stem = for_this_cpu("calogan")
     model, weights = trained_generator()
     fp32 = keras_to_onnx(model)
     calib = latents(np.random.default_rng(1).uniform(10, 500, 512), seed=2)
@@ -161,7 +164,7 @@ def main() -> None:
     )
     report = core_report.evaluate(core_report.summarize(one_model), one_model, evaluator)
     RESULTS.mkdir(parents=True, exist_ok=True)
-    core_report.write({**provenance(), **report}, RESULTS / "calogan_report.html")
+    core_report.write({**provenance(), **report}, RESULTS / f"{stem}_report.html")
     physics = report["sections"][0]["data"]
     keys = {
         PhysicsEvaluator.FP32: "fp32_cleaned",
@@ -173,6 +176,7 @@ def main() -> None:
     features = list(vs_fp32["int8"]["max_separation"])
     result = {
         "machine": host_isa(),
+        "report": f"{stem}_report.html",
         "threads": THREADS,
         "batch": BATCH,
         "weights": weights,
@@ -223,7 +227,7 @@ def main() -> None:
         "INFERENCE_PRECISION_HINT f32; NNCF quantize defaults (performance preset, fast bias "
         f"correction), {CALIBRATION_SAMPLES} calibration latents a range",
     }
-    write_results("calogan", result, _markdown(result))
+    write_results(stem, result, _markdown(result))
     print(_markdown(result))
 
 
@@ -308,7 +312,7 @@ def _markdown(r: dict) -> str:
         "(S_inf = 2 S(N) - S(N/2)), which removes the 1/N term of finite samples. "
         "Features where a rival is closer to FP32 than ours: "
         + ("; ".join(f"{k}: {', '.join(v)}" for k, v in closer.items()) or "none")
-        + f". OpenVINO: {r['openvino_config']}. {r['untimed']}. Plots: calogan_report.html.",
+        + f". OpenVINO: {r['openvino_config']}. {r['untimed']}. Plots: {r['report']}.",
         "",
     ]
     return "\n".join(lines)

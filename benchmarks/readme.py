@@ -31,7 +31,7 @@ def render() -> str:
             _resnet50([stem for stem in resnet50 if stem not in earlier]),
             _translator(_per_target("translator")),
             _translator_targets(_load("translator_targets")),
-            _calogan(_load("calogan")),
+            _calogan(_per_target("calogan")),
             _scale_out(_load("scale_out")),
             *zoo,
         ]
@@ -217,37 +217,40 @@ def _translator_targets(d: dict) -> str:
     return title + "\n\n" + _table(header, rows, bold=1)
 
 
-def _calogan(d: dict) -> str:
-    high = d["int8_vs_fp32_high_statistics"]
-    speed = d["throughput"]
-    cells = []
-    for name, label in d["labels"].items():
-        c = high if name == "int8" else d["vs_fp32"].get(name)
+def _calogan(stems: list[str]) -> str:
+    """Speed and physics against FP32, a group of columns per CPU target."""
+
+    def cells(d: dict, name: str) -> list[str] | None:
+        speed = d["throughput"]
+        c = d["int8_vs_fp32_high_statistics"] if name == "int8" else d["vs_fp32"].get(name)
+        if name not in speed and not c:
+            return None
         timed = name in speed
-        cells.append(
-            [
-                label,
-                f"{speed[name]:.1f}" if timed else "-",
-                f"{speed[name] / speed['fp32_cleaned']:.2f}" if timed else "-",
-                f"{speed[name] / speed['fp32']:.2f}" if timed else "-",
-                f"{c['max_separation_power']:.4f}" if c else "-",
-                f"{100 * c['max_sampling_fraction_shift']:.2f} %" if c else "-",
-            ]
-        )
+        return [
+            f"{speed[name]:.1f}" if timed else "-",
+            f"{speed[name] / speed['fp32_cleaned']:.2f}" if timed else "-",
+            f"{speed[name] / speed['fp32']:.2f}" if timed else "-",
+            f"{c['max_separation_power']:.4f}" if c else "-",
+            f"{100 * c['max_sampling_fraction_shift']:.2f} %" if c else "-",
+        ]
+
+    runs = {stem: _load(stem) for stem in stems}
+    labels = {n: label for d in runs.values() for n, label in d["labels"].items()}
+    first = next(iter(runs.values()))
     title = (
-        f"**3DGAN generator** (`python -m benchmarks.calogan`, `calogan.md`; {_where(d)}; {d['weights']}; "
-        f"batch {d['batch']}; separation power and sampling-fraction shift against FP32, on "
-        f"{high['showers']} showers for ours, {d['showers_compared']} for the rest):"
+        f"**3DGAN generator** ({_sources(runs)}; {first['weights']}; batch {first['batch']}; "
+        "separation power and sampling-fraction shift against FP32, on "
+        f"{first['int8_vs_fp32_high_statistics']['showers']} showers for ours, "
+        f"{first['showers_compared']} for the rest):"
     )
-    header = [
-        "model",
+    columns = [
         "showers/s",
         "x FP32 after clean-up",
         "x FP32 as exported",
         "max separation",
         "max SF shift",
     ]
-    return title + "\n\n" + _table(header, cells, bold=list(d["labels"]).index("int8"))
+    return title + "\n\n" + _across_targets(runs, labels, columns, cells, bold="int8")
 
 
 def _scale_out(d: dict) -> str:
