@@ -223,9 +223,9 @@ def _calogan(stems: list[str]) -> str:
     def cells(d: dict, name: str) -> list[str] | None:
         speed = d["throughput"]
         c = d["int8_vs_fp32_high_statistics"] if name == "int8" else d["vs_fp32"].get(name)
-        if name not in speed and not c:
-            return None
         timed = name in speed
+        if not timed and not c:
+            return None
         return [
             f"{speed[name]:.1f}" if timed else "-",
             f"{speed[name] / speed['fp32_cleaned']:.2f}" if timed else "-",
