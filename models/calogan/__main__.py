@@ -21,6 +21,7 @@ from quantize.cache import cache_dir
 from quantize.ray_pool import pool_factory
 from quantize.runtime import RUNTIMES
 from quantize.shards import run_job
+from quantize.target import TARGETS
 
 
 def main() -> int:
@@ -82,6 +83,13 @@ def main() -> int:
         default="onnxruntime",
         help="what the generators will run in: the output cells are corrected as it computes "
         "them, and `generate` runs them there (default %(default)s)",
+    )
+    q.add_argument(
+        "--target",
+        choices=("auto", *TARGETS),
+        default="auto",
+        help="the CPU INT8 path the generators are made for (default: this machine's); avx2 "
+        "makes them exact on every x86 CPU (see `quantize --target`)",
     )
     gen = sub.add_parser(
         "generate",
@@ -181,7 +189,11 @@ def _quantize(args) -> int:
         return 2
     out = args.output or cache_dir("calogan") / "int8"
     models = quantize_by_energy(
-        _fp32_onnx(), energy_edges(args.ranges), samples=args.samples, runtime=args.runtime
+        _fp32_onnx(),
+        energy_edges(args.ranges),
+        samples=args.samples,
+        runtime=args.runtime,
+        target=args.target,
     )
     models.save(out)
     edges = ", ".join(f"{e:.0f}" for e in models.edges)

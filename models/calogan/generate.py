@@ -63,11 +63,17 @@ ShowerSource = Callable[
 
 
 def onnx_source(
-    model: onnx.ModelProto, threads: int = 0, batch: int = 64, runtime: str | None = None
+    model: onnx.ModelProto,
+    threads: int = 0,
+    batch: int = 64,
+    runtime: str | None = None,
+    exact_kernels: bool | None = None,
 ) -> ShowerSource:
     """Showers from one generator graph, run by `runtime` (default: the one its quantize recipe
-    names, else ONNX Runtime)."""
-    return showers_from(_outputs(model, threads, batch, runtime or _recipe_runtime(model)))
+    names, else ONNX Runtime); `exact_kernels` as quantize.runtime.session takes it."""
+    return showers_from(
+        _outputs(model, threads, batch, runtime or _recipe_runtime(model), exact_kernels)
+    )
 
 
 def showers_from(run: Callable[[np.ndarray], list]) -> ShowerSource:
@@ -84,11 +90,13 @@ def in_fixed_batches(run: Callable[[np.ndarray], list], z: np.ndarray, batch: in
     return [np.concatenate(outputs)[: len(z)] for outputs in zip(*parts)]
 
 
-def _outputs(model, threads: int, batch: int, runtime: str) -> Callable[[np.ndarray], list]:
+def _outputs(
+    model, threads: int, batch: int, runtime: str, exact_kernels: bool | None = None
+) -> Callable[[np.ndarray], list]:
     """Every output of `model` for latents z, run batch by batch. OpenVINO compiles it for a
     static batch (a short last one padded), as its benchmark_app does: its INT8 kernels for a
     dynamic batch compute other values than for a static one."""
-    sess = runtime_session(model, threads, runtime, shape=(batch, LATENT))
+    sess = runtime_session(model, threads, runtime, exact_kernels, shape=(batch, LATENT))
     name = sess.get_inputs()[0].name
     if runtime == "openvino":
         return lambda z: in_fixed_batches(lambda b: sess.run(None, {name: b}), z, batch)
@@ -145,8 +153,13 @@ class EnergyRangeModels:
     edges: np.ndarray
     models: list[onnx.ModelProto]
 
-    def source(self, threads: int = 0, batch: int = 64) -> ShowerSource:
-        return routed_source(self.edges, [onnx_source(m, threads, batch) for m in self.models])
+    def source(
+        self, threads: int = 0, batch: int = 64, exact_kernels: bool | None = None
+    ) -> ShowerSource:
+        return routed_source(
+            self.edges,
+            [onnx_source(m, threads, batch, exact_kernels=exact_kernels) for m in self.models],
+        )
 
     def save(self, folder: Path) -> None:
         folder = Path(folder)
@@ -203,15 +216,17 @@ def quantize_by_energy(
     seed: int = 0,
     correct_cells: bool = True,
     runtime: str = "onnxruntime",
+    target: str = "auto",
 ) -> EnergyRangeModels:
     """One INT8 model per energy range, each calibrated on latents of its range and, with
     `correct_cells`, its output cells corrected towards FP32's on `samples` of them. The ranges
     are calibrated on the first CALIBRATION_SAMPLES (more were no better, ad hoc); the cell
     correction needs all: 4096 latents halved the m2_x separation that 1024 left at 50 GeV (ad hoc,
     one map per range; now each half of the range's latents gets its own map). `runtime` is
-    what the models will run in (their recipe records it, and their sources pick it)."""
+    what the models will run in (their recipe records it, and their sources pick it); `target`
+    the CPU's INT8 path they are made for (quantize/target.py; auto: this one's)."""
     model = onnx.load(fp32_path)
-    recipe = Recipe.generator(ir.from_proto(model), runtime=runtime)
+    recipe = Recipe.generator(ir.from_proto(model), runtime=runtime, target=target)
     models = []
     for i in range(len(edges) - 1):
         z = range_latents(edges, i, samples, seed)

@@ -14,7 +14,12 @@ never saturates. The cost is one more integer convolution and its data movement.
 import numpy as np
 import onnx_ir as ir
 
-from quantize.passes.rewrite import add_initializer, dequantized_output, read_by_fp32_only
+from quantize.passes.rewrite import (
+    add_initializer,
+    dequantized_output,
+    own_weights,
+    read_by_fp32_only,
+)
 from quantize.plan import QuantPlan
 from quantize.policy import RULES
 from quantize.qparams import activation_qparams
@@ -80,19 +85,16 @@ class ResidualInputPass(ir.passes.InPlacePass):
             )
             copies[node.outputs[0]] = copy.outputs[0]
             new_nodes.append(copy)
-        weight = conv.inputs[1]
+        weights = own_weights(graph, conv, f"{name}_residual")
         residual_conv = ir.Node(
             "",
             "Conv",
-            [copies[conv.inputs[0]], weight],
+            [copies[conv.inputs[0]], weights.outputs[0]],
             attributes=list(conv.attributes.values()),
             name=f"{name}_residual",
         )
         bound = float(
-            np.max(_abs_weight_sums(weight.producer()))
-            * (RESIDUAL_LEVELS // 2)
-            * step
-            / RESIDUAL_LEVELS
+            np.max(_abs_weight_sums(weights)) * (RESIDUAL_LEVELS // 2) * step / RESIDUAL_LEVELS
         )
         out_scale, out_zero_point = activation_qparams(-bound, bound)
         s = add_initializer(graph, f"{name}_residual_output_scale", out_scale)
@@ -108,7 +110,7 @@ class ResidualInputPass(ir.passes.InPlacePass):
         )
         output = dequantized_output(conv).outputs[0]
         total = ir.Node("", "Add", [output, dq.outputs[0]], name=f"{name}_with_residual")
-        new_nodes += [residual_conv, q, dq, total]
+        new_nodes += [weights, residual_conv, q, dq, total]
         for node in new_nodes:
             node.outputs[0].name = node.name
         total.outputs[0].type, total.outputs[0].shape = output.type, output.shape

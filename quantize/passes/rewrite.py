@@ -94,6 +94,40 @@ def dequantized_output(node: ir.Node) -> ir.Node:
     return dequantizers[0]
 
 
+def own_weights(graph: ir.Graph, conv: ir.Node, name: str) -> ir.Node:
+    """A DequantizeLinear named `name`_weight_DequantizeLinear of its own copies of the int8
+    weights and zero point `conv` reads, for a second Conv on the same weights. ORT converts int8
+    weights to uint8 for its exact kernels on a saturating CPU (session.x64quantprecision) once
+    per reader, under a name made from the weights', and fails at the second reader of shared
+    ones."""
+    shared = conv.inputs[1].producer()
+    if shared is None or shared.op_type != "DequantizeLinear":
+        raise ir.passes.PreconditionError(f"{conv.name}: its weights are not dequantized int8")
+    weights, scale, *zero_point = shared.inputs
+    copies = [
+        add_initializer(graph, f"{name}_weight_quantized", weights.const_value.numpy()),
+        scale,
+        *(
+            add_initializer(graph, f"{name}_weight_zero_point", z.const_value.numpy())
+            for z in zero_point
+        ),
+    ]
+    dequantize = ir.Node(
+        "",
+        "DequantizeLinear",
+        copies,
+        attributes=list(shared.attributes.values()),
+        name=f"{name}_weight_DequantizeLinear",
+    )
+    output = dequantize.outputs[0]
+    output.name, output.type, output.shape = (
+        dequantize.name,
+        conv.inputs[1].type,
+        conv.inputs[1].shape,
+    )
+    return dequantize
+
+
 class FusionPass(ir.passes.InPlacePass):
     """Rewrites every node for which `match` finds a pattern; subclasses say what and how."""
 

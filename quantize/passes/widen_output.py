@@ -12,7 +12,12 @@ coarse one outside. The cost is one more integer convolution and three float ele
 import numpy as np
 import onnx_ir as ir
 
-from quantize.passes.rewrite import add_initializer, dequantized_output, read_by_fp32_only
+from quantize.passes.rewrite import (
+    add_initializer,
+    dequantized_output,
+    own_weights,
+    read_by_fp32_only,
+)
 from quantize.plan import QuantPlan
 
 FINE_RATIO = 16
@@ -53,10 +58,11 @@ class WidenOutputPass(ir.passes.InPlacePass):
             np.array(UINT8_LEVELS, np.float32) - zero_point.astype(np.float32)
         ) * fine_scale
         name = conv.name
+        weights = own_weights(graph, conv, f"{name}_fine")
         fine_conv = ir.Node(
             "",
             "Conv",
-            list(conv.inputs),
+            [conv.inputs[0], weights.outputs[0], *conv.inputs[2:]],
             attributes=list(conv.attributes.values()),
             name=f"{name}_fine",
         )
@@ -91,4 +97,4 @@ class WidenOutputPass(ir.passes.InPlacePass):
         for user, index in list(coarse.uses()):
             if user not in (clip, excess):
                 user.replace_input_with(index, merged.outputs[0])
-        graph.insert_after(dequantize, [fine_conv, q, dq, clip, excess, merged])
+        graph.insert_after(dequantize, [weights, fine_conv, q, dq, clip, excess, merged])
