@@ -32,6 +32,7 @@ def render() -> str:
             _translator(_per_target("translator")),
             _translator_targets(_load("translator_targets")),
             _calogan(_per_target("calogan")),
+            _calogan_targets(_load("calogan_targets")),
             _scale_out(_load("scale_out")),
             *zoo,
         ]
@@ -215,6 +216,27 @@ def _translator_targets(d: dict) -> str:
     )
     header = ["model", "BLEU", "drop (relative)", "identical to FP32"]
     return title + "\n\n" + _table(header, rows, bold=1)
+
+
+def _calogan_targets(d: dict) -> str:
+    rows = [
+        [
+            d["labels"][name],
+            f"{r['max_separation_power']:.4f} ({r['worst_feature']})",
+            f"{100 * r['max_sampling_fraction_shift']:.2f} %",
+            f"{100 * r['mean_abs_energy_change']:.2f} %",
+        ]
+        for name, r in d["vs_fp32"].items()
+    ]
+    title = (
+        "**3DGAN generator on an AVX2 CPU** (INT8 emulated unless marked native, accuracy only; "
+        f"FP32 baseline run natively: `{d['command']}`, `calogan_targets.md`; "
+        f"{_where({'isa': d['isa_emulated'], 'commit': d['commit']})}; {d['weights']}; "
+        f"{d['energy_ranges']} energy-range models; against FP32 on the same "
+        f"{d['showers']} latents):"
+    )
+    header = ["generator", "max separation (feature)", "max SF shift", "mean shower-energy change"]
+    return title + "\n\n" + _table(header, rows, bold=0)
 
 
 def _calogan(stems: list[str]) -> str:

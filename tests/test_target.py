@@ -117,6 +117,36 @@ def test_auto_is_this_machines_target(conv_model, calib_npz):
     ] == target.host_target()
 
 
+def test_convs_that_share_one_weight_tensor_run_on_the_exact_kernels(tmp_path):
+    """ORT's exact kernels convert int8 weights to uint8 once per reader, under one name made
+    from the weights': readers sharing quantized weights would make the session fail to load."""
+    rng = np.random.default_rng(0)
+    convs = [
+        helper.make_node("Conv", ["x", "w"], ["a"], pads=[1, 1, 1, 1], name="first"),
+        helper.make_node("Relu", ["a"], ["r"], name="relu"),
+        helper.make_node("Conv", ["r", "w"], ["y"], pads=[1, 1, 1, 1], name="second"),
+    ]
+    graph = helper.make_graph(
+        convs,
+        "tied",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8, 8, 8])],
+        [numpy_helper.from_array(rng.normal(0, 0.3, (8, 8, 3, 3)).astype(np.float32), "w")],
+    )
+    onnx.save(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]),
+        str(tmp_path / "t.onnx"),
+    )
+    x = rng.normal(size=(36, 8, 8, 8)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x[:32])
+    vnni = quantize(
+        tmp_path / "t.onnx", tmp_path / "x.npy", Recipe(target="vnni", kernel_timing=False)
+    ).model
+    exact = runtime.session(vnni, exact_kernels=True).run(None, {"x": x[32:]})[0]
+    expected = runtime.session(onnx.load(tmp_path / "t.onnx")).run(None, {"x": x[32:]})[0]
+    assert sqnr_db(expected, exact) > 25
+
+
 def test_a_full_range_model_on_a_saturating_cpu_warns_naming_both_and_runs_exact_kernels(
     tmp_path, monkeypatch
 ):
