@@ -36,7 +36,7 @@ demo demo-full: setup
 test: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q --durations=15
 
 # AMD Quark, a rival in the ResNet-50 benchmark, pins older onnx and onnxruntime than this
 # project: it gets a virtualenv of its own (benchmarks/quark_child.py runs in it).

@@ -98,8 +98,15 @@ def nchw_uint8_maxpools(graph: onnx.GraphProto, planned: set[str]) -> set[str]:
 
 
 def _dequantized(graph: onnx.GraphProto) -> set[str]:
-    """The tensors a DequantizeLinear writes: float, read from uint8."""
-    return {out for node in graph.node if node.op_type == "DequantizeLinear" for out in node.output}
+    """The tensors a DequantizeLinear writes (float, read from uint8), also after the
+    ReorderInput by which ORT's NCHWc layout (AVX2: 8-channel blocks) hands them to float ops."""
+    dequantized = {
+        out for node in graph.node if node.op_type == "DequantizeLinear" for out in node.output
+    }
+    for node in graph.node:  # in topological order
+        if node.op_type == "ReorderInput" and node.input[0] in dequantized:
+            dequantized.update(node.output)
+    return dequantized
 
 
 def kernel_counts(graph: onnx.GraphProto) -> dict[str, dict[str, int]]:
