@@ -36,7 +36,7 @@ def test_train_quantize_generate_compare(tmp_path):
         == 0
     )
     assert _run("models.calogan", "quantize", "--samples", "10", cache=cache).returncode == 2
-    run = _run("models.calogan", "quantize", "--ranges", "2", "--samples", "256", cache=cache)
+    run = _run("models.calogan", "quantize", "--ranges", "2", "--samples", "64", cache=cache)
     assert run.returncode == 0, run.stderr
     manifest = json.loads((cache / "calogan" / "int8" / "ranges.json").read_text())
     assert manifest["edges_gev"] == pytest.approx([10.0, 500**0.5 * 10**0.5, 500.0])
