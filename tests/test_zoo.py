@@ -1,8 +1,8 @@
 """The zoo in reduced form: each real packaged model quantized by the CLI on a few samples, as a
 user would, then its task metric against FP32 (benchmarks/zoo). The reduced form skips the CLI's
 timing steps (per-node kernel timing, fidelity-floor trials: tests/test_kernel_timing.py and
-tests/test_fallback.py test them); one model, the smallest, runs with every default. The full run with timings
-and rivals is `python -m benchmarks.zoo`."""
+tests/test_fallback.py test them); one model, the smallest, runs with every default. The full
+run with timings and rivals is `python -m benchmarks.zoo`."""
 
 import pytest
 
