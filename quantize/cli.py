@@ -201,6 +201,7 @@ def run(args: argparse.Namespace) -> int:
             batch_size=args.batch_size,
             threads=args.threads,
             serve_batch=args.serve_batch,
+            speed_check=True,
         )
         evaluator = None
         if args.max_drop is not None and args.max_drop < 0:
@@ -215,7 +216,7 @@ def run(args: argparse.Namespace) -> int:
         raise InputError("arguments", str(exc)) from None
 
     from quantize import report
-    from quantize.pipeline import quantize
+    from quantize.pipeline import WHOLE_FP32, keep_fp32_unless_faster, quantize
 
     with _progress() as advance:
         result = quantize(args.model, args.calib, recipe, options, _image_preprocess(args), advance)
@@ -223,19 +224,12 @@ def run(args: argparse.Namespace) -> int:
         from quantize.evaluators import OutputCosine
 
         evaluator = OutputCosine(result.fp32_model, result.held_out, result.options.threads)
-    goal = _accuracy_goal(args, evaluator, result.fp32_model)
-    if recipe.weights == "auto" and saturates(result.recipe.target):
-        from quantize.weight_choice import choose_weights
-
-        found = choose_weights(result, goal)
-        print(
-            f"quantize: {found.result.recipe.weights} weights: {found.result.weight_choice}",
-            file=sys.stderr,
-        )
-    else:
-        found = goal(result)
-    _say_what_fell_back(found, args, evaluator)
-    result = _faster_than_fp32(found.result)
+    # quantize made the speed check before bias correction; a fallback lowers again and
+    # keep_fp32_unless_faster times that model anew
+    if not result.speed_check.endswith(WHOLE_FP32):  # else no INT8 is left to bring to a goal
+        result = keep_fp32_unless_faster(_to_accuracy_goal(result, recipe, args, evaluator))
+    if result.speed_check.endswith(WHOLE_FP32):
+        print(f"quantize: warning: {result.speed_check}", file=sys.stderr)
     save_model(result.model, output)
     summary = report.summarize(result)
     summary["output"], summary["preset"] = str(output), source
@@ -325,13 +319,22 @@ def _say_what_fell_back(found, args: argparse.Namespace, evaluator) -> None:
         )
 
 
-def _faster_than_fp32(result):
-    from quantize.pipeline import keep_fp32_unless_faster
+def _to_accuracy_goal(result, recipe: Recipe, args: argparse.Namespace, evaluator):
+    """`result` brought to the accuracy goal the options set (`_accuracy_goal`), its weight
+    format chosen first where `recipe` leaves it to the tool and the target saturates."""
+    goal = _accuracy_goal(args, evaluator, result.fp32_model)
+    if recipe.weights == "auto" and saturates(result.recipe.target):
+        from quantize.weight_choice import choose_weights
 
-    checked = keep_fp32_unless_faster(result)
-    if checked.model is not result.model:
-        print(f"quantize: warning: {checked.speed_check}", file=sys.stderr)
-    return checked
+        found = choose_weights(result, goal)
+        print(
+            f"quantize: {found.result.recipe.weights} weights: {found.result.weight_choice}",
+            file=sys.stderr,
+        )
+    else:
+        found = goal(result)
+    _say_what_fell_back(found, args, evaluator)
+    return found.result
 
 
 def _default_output(model: Path) -> Path:

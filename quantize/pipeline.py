@@ -44,6 +44,7 @@ from quantize.validate import layer_sqnr, output_sqnr
 __version__ = "0.1.0"
 PREPROCESS_KEY = "quantize.preprocess"
 WHOLE_FP32 = "the whole model stays FP32"  # the speed check's verdict, as its reason ends
+UNMEASURED = "not measured"  # a result's speed check until one is made on its INT8 nodes
 BIAS_SAMPLES = 16  # calibration samples the bias corrections are measured on
 WIN_MARGIN = 0.05  # the share of FP32's time an INT8 model must save to be kept
 # a first timing showing less saved than this is re-timed, twice as long, and that decides: on a
@@ -82,7 +83,7 @@ class QuantizeResult:
     sqnr_samples: str
     held_out: list[dict] = field(repr=False)
     calibration: Calibration = field(repr=False)
-    speed_check: str = "not measured"  # what keep_fp32_unless_faster measured and did
+    speed_check: str = UNMEASURED  # what keep_fp32_unless_faster measured and did
     weight_choice: str = ""  # why choose_weights took the recipe's weight format, if it chose
     bias_correction: str = "off"  # what correcting the Convs' biases measured and did
 
@@ -189,7 +190,9 @@ def quantize(
         else f"{held_range[1]} calibration samples (none left to hold out)"
     )
     result = _lower(calibration, recipe, options, held_out, sqnr_samples, {})
-    if not recipe.bias_correction:
+    if options.speed_check:
+        result = keep_fp32_unless_faster(result)
+    if not recipe.bias_correction or result.speed_check.endswith(WHOLE_FP32):
         return result
     rows = batch_size if fixed else min(n_cal, BIAS_SAMPLES)
     return _correct_biases(result, next(source.batches(0, rows, rows)))
@@ -218,8 +221,10 @@ def _correct_biases(result: QuantizeResult, batch: dict) -> QuantizeResult:
     measured = (
         f"output SQNR {before:.1f} dB -> {after:.1f} dB with {len(convs)} Conv biases corrected"
     )
-    if after > before:
-        return replace(corrected, bias_correction=f"{measured}: kept")
+    if after > before:  # the same nodes in INT8: the speed check's measure still holds
+        return replace(
+            corrected, bias_correction=f"{measured}: kept", speed_check=result.speed_check
+        )
     return replace(result, bias_correction=f"{measured}: not kept")
 
 
@@ -235,7 +240,10 @@ def keep_fp32_unless_faster(result: QuantizeResult, seconds: float = 2.0) -> Qua
     and an INT8 model that buys no speed only costs accuracy. A shortfall under
     `kernel_timing.MIN_GAIN_MS` a batch is below timing resolution and keeps INT8. A first timing
     that does not show INT8 CLOSE_CALL faster is a close call: a timing twice as long decides it.
-    Only for this machine's own target, with timing on."""
+    Only for this machine's own target, with timing on; once only for one set of INT8 nodes
+    (a lowering again, as a fallback makes, starts UNMEASURED)."""
+    if result.speed_check != UNMEASURED:
+        return result
     if not timed_here(result.recipe):
         return replace(result, speed_check="not measured: not this CPU's target, or timing off")
     models = {"fp32": result.fp32_model, "int8": result.model}

@@ -180,6 +180,9 @@ class RunOptions:
     # the batch the model will be served at: kernel timing, the speed check and the report's
     # throughput time INT8 against FP32 at it (None: the calibration batch)
     serve_batch: int | None = None
+    # the CLI's: the whole model back in FP32 unless INT8 measures faster here, checked before
+    # bias correction (which changes no speed) so that a model that goes back skips it
+    speed_check: bool = False
 
     def __post_init__(self):
         if self.calib_samples < 1 or self.batch_size < 1:

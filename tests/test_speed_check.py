@@ -5,11 +5,18 @@ says why. The timings are stand-ins: what is tested is the decision, not this ma
 import numpy as np
 import onnx
 import pytest
-from graphs import outlier_mlp
+from graphs import conv_net, images, outlier_mlp
 
-from quantize import Recipe, RunOptions, pipeline, quantize
+from quantize import Recipe, RunOptions, bias_correction, pipeline, quantize
 from quantize.kernel_timing import MIN_GAIN_MS
-from quantize.pipeline import CLOSE_CALL, WHOLE_FP32, WIN_MARGIN, keep_fp32_unless_faster
+from quantize.pipeline import (
+    CLOSE_CALL,
+    UNMEASURED,
+    WHOLE_FP32,
+    WIN_MARGIN,
+    keep_fp32,
+    keep_fp32_unless_faster,
+)
 from quantize.runtime import session
 from quantize.target import TARGETS, host_target
 
@@ -109,3 +116,38 @@ def test_a_model_made_for_another_cpu_is_not_timed_here(tmp_path, monkeypatch):
     _timed(monkeypatch)  # any timing would raise StopIteration
     checked = keep_fp32_unless_faster(made)
     assert checked.model is made.model and checked.speed_check.startswith("not measured")
+
+
+def test_one_set_of_int8_nodes_is_timed_once_and_a_fallback_is_timed_anew(result, monkeypatch):
+    _timed(monkeypatch, 0.7)
+    checked = keep_fp32_unless_faster(result)
+    assert checked.speed_check.endswith("INT8 kept")
+    assert keep_fp32_unless_faster(checked) is checked  # a second timing would raise
+    int8 = next(d.name for d in checked.decisions if d.precision == "int8")
+    fallen = keep_fp32(checked, {int8: "a test's fallback"})
+    assert fallen.speed_check == UNMEASURED
+    _timed(monkeypatch, 1.0, 1.0)
+    assert keep_fp32_unless_faster(fallen).speed_check.endswith(WHOLE_FP32)
+
+
+@pytest.mark.parametrize("int8_ms", [0.5, 1.0])
+def test_the_clis_speed_check_comes_before_bias_correction_which_a_model_back_in_fp32_skips(
+    tmp_path, monkeypatch, int8_ms
+):
+    onnx.save(conv_net(), str(tmp_path / "net.onnx"))
+    np.save(tmp_path / "x.npy", images(96))
+    corrected = []
+    measure = bias_correction.bias_shifts
+    monkeypatch.setattr(
+        bias_correction, "bias_shifts", lambda *a: corrected.append(1) or measure(*a)
+    )
+    monkeypatch.setattr(pipeline.kernel_timing, "slower_in_int8", lambda *a: {})  # no node timing
+    _timed(monkeypatch, int8_ms, int8_ms, rows=8)
+    options = RunOptions(serve_batch=8, speed_check=True)
+    made = quantize(tmp_path / "net.onnx", tmp_path / "x.npy", Recipe(), options)
+    if int8_ms == 1.0:
+        assert made.speed_check.endswith(WHOLE_FP32) and not corrected
+        assert made.bias_correction == f"none: {WHOLE_FP32}"
+    else:  # corrected after the check, which still describes the model: same nodes in INT8
+        assert made.speed_check.endswith("INT8 kept") and corrected
+        assert "Conv biases corrected" in made.bias_correction
