@@ -111,7 +111,8 @@ def quantize(
             order; the first `options.calib_samples` calibrate, the next `held_out_samples`
             measure SQNR), or a list of feed dicts (input name -> batch array).
         recipe: what to quantize and how, for which CPU target (`"auto"`: this machine's INT8 path).
-        options: threads, batch size, calibration and held-out sample counts.
+        options: threads, batch size, calibration and held-out sample counts, the served
+            batch, the whole-model speed check (`RunOptions`).
         image_preprocess: how an image directory becomes input tensors; by default the recipe
             the model carries in its metadata, if any.
         progress: called with (samples done, samples in all) during calibration.

@@ -171,7 +171,8 @@ class Recipe:
 class RunOptions:
     """How to run quantization: these change its time and memory, not the model it makes
     (except that the calibration set is the first `calib_samples` samples, and that with kernel
-    timing on, the timings at `serve_batch` decide which nodes stay FP32)."""
+    timing on, the timings at `serve_batch` decide which nodes stay FP32, and with
+    `speed_check`, whether the whole model does)."""
 
     calib_samples: int = 1000  # at most; fewer if the data has fewer
     held_out_samples: int = 64  # for the output SQNR; taken after the calibration samples
