@@ -41,19 +41,14 @@ class StreamingHistogram:
 
     def update(self, values: np.ndarray) -> None:
         flat = np.asarray(values, np.float32).ravel()
-        within = np.abs(flat) <= BEYOND_LIMIT  # False for NaN and inf too
-        if not within.all():
-            self.beyond += int(flat.size - np.count_nonzero(within))
-            finite = flat[np.isfinite(flat)]
-            if finite.size:
-                self.min, self.max = (
-                    min(self.min, float(finite.min())),
-                    max(self.max, float(finite.max())),
-                )
-            flat = flat[within]
         if flat.size == 0:
             return
         lo, hi = float(flat.min()), float(flat.max())
+        if not -BEYOND_LIMIT <= lo <= hi <= BEYOND_LIMIT:  # False for NaN too
+            flat = self._without_beyond(flat)
+            if flat.size == 0:
+                return
+            lo, hi = float(flat.min()), float(flat.max())
         self.min, self.max = min(self.min, lo), max(self.max, hi)
         self.zeros += int(np.count_nonzero(flat == 0))
         peak = max(abs(lo), abs(hi))
@@ -61,14 +56,30 @@ class StreamingHistogram:
             self.limit = peak if peak > 0 else 1e-8
         while peak > self.limit:
             self._double()
-        # float32 halves the memory traffic of the hot loop. Written as (x/limit + 1) * bins/2,
-        # 0 maps exactly to the centre bin (bins/2), which doubling keeps in place: the methods
-        # rely on exact zeros being counted there.
-        index = (
-            (flat * np.float32(1 / self.limit) + np.float32(1)) * np.float32(self.bins // 2)
-        ).astype(np.int64)
-        np.clip(index, 0, self.bins - 1, out=index)
-        self.counts += np.bincount(index, minlength=self.bins)
+        self.counts += self._bin_counts(flat)
+
+    def _bin_counts(self, flat: np.ndarray) -> np.ndarray:
+        """Counts of `flat` (within +-limit) per bin. Written as x * (bins/2)/limit + bins/2, 0
+        maps exactly to the centre bin (bins/2), which doubling keeps in place: the methods rely
+        on exact zeros being counted there. float32 and in place: this is calibration's hot loop."""
+        half = self.bins // 2
+        index = flat * np.float32(half / self.limit)
+        index += np.float32(half)
+        # +limit itself lands one past the last bin; -limit may round a hair below 0, which the
+        # cast truncates to 0
+        counts = np.bincount(index.astype(np.int64), minlength=self.bins + 1)
+        counts[self.bins - 1] += counts[self.bins :].sum()
+        return counts[: self.bins]
+
+    def _without_beyond(self, flat: np.ndarray) -> np.ndarray:
+        """`flat` without the values counted in `beyond`, whose finite ones still set min/max."""
+        within = np.abs(flat) <= BEYOND_LIMIT  # False for NaN and inf too
+        self.beyond += int(flat.size - np.count_nonzero(within))
+        finite = flat[np.isfinite(flat)]
+        if finite.size:
+            self.min = min(self.min, float(finite.min()))
+            self.max = max(self.max, float(finite.max()))
+        return flat[within]
 
     def _double(self) -> None:
         merged = self.counts.reshape(-1, 2).sum(axis=1)

@@ -3,7 +3,8 @@
 Rounding in a deep stack of depthwise convolutions does not average out: it moves the mean of
 each channel, and the next layer reads the moved mean (the PP-OCRv4 recogniser's layer SQNR falls
 from 30 dB to 0 over its backbone). The shift of a Conv is measured on calibration samples with
-the shifts of the Convs before it already applied, in graph order, as the error it still sees.
+the shifts of the Convs above it already applied, as the error it still sees; Convs on parallel
+branches are measured together.
 """
 
 from collections.abc import Callable
@@ -40,19 +41,39 @@ def bias_shifts(
     threads: int,
 ) -> dict[str, np.ndarray]:
     """Conv name -> the amount its bias must drop: the mean per channel of its INT8 output
-    minus its FP32 output on `batch`, with the model `lowered(shifts so far)`."""
-    outputs = [conv.outputs[0].name for conv in convs]
-    reference = {}
-    for start in range(0, len(outputs), GROUP):
-        group = outputs[start : start + GROUP]
-        reference.update(
-            zip(group, map(_channel_means, run_with_outputs(fp32, group, batch, threads)))
-        )
+    minus its FP32 output on `batch`, with the model `lowered(shifts so far)`. The Convs are
+    measured wave by wave (`waves`): one lowering and one run per wave, not per Conv."""
+    output = {conv.name: conv.outputs[0].name for conv in convs}
+    reference = _channel_means(fp32, list(output.values()), batch, threads)
     shifts: dict[str, np.ndarray] = {}
-    for conv, output in zip(convs, outputs):
-        (got,) = run_with_outputs(lowered(shifts), [output], batch, threads)
-        shifts[conv.name] = (_channel_means(got) - reference[output]).astype(np.float32)
+    for wave in waves(convs):
+        got = _channel_means(lowered(shifts), [output[c.name] for c in wave], batch, threads)
+        for conv in wave:
+            name = output[conv.name]
+            shifts[conv.name] = (got[name] - reference[name]).astype(np.float32)
     return shifts
+
+
+def waves(convs: list[ir.Node]) -> list[list[ir.Node]]:
+    """`convs` (nodes of one graph) in waves: each Conv after every wave that holds one of its
+    ancestors, as early as that allows. A Conv's output depends on no other Conv's shift than
+    its ancestors', so a wave's shifts are what measuring one Conv at a time in graph order
+    would find."""
+    if not convs:
+        return []
+    chosen = {conv.name for conv in convs}
+    waves_before: dict[ir.Value, int] = {}  # a value -> how many waves its ancestors fill
+    found: list[list[ir.Node]] = []
+    for node in convs[0].graph:
+        depth = max((waves_before.get(v, 0) for v in node.inputs if v is not None), default=0)
+        if node.name in chosen:
+            if depth == len(found):
+                found.append([])
+            found[depth].append(node)
+            depth += 1
+        for value in node.outputs:
+            waves_before[value] = depth
+    return found
 
 
 def shifted(graph: ir.Model, shifts: dict[str, np.ndarray], int8: set[str]) -> ir.Model:
@@ -70,5 +91,13 @@ def shifted(graph: ir.Model, shifts: dict[str, np.ndarray], int8: set[str]) -> i
     return copy
 
 
-def _channel_means(activation: np.ndarray) -> np.ndarray:
-    return activation.mean(axis=(0, *range(2, activation.ndim)), dtype=np.float64)
+def _channel_means(
+    model: onnx.ModelProto, names: list[str], batch: dict, threads: int
+) -> dict[str, np.ndarray]:
+    """Each named tensor's mean per channel (axis 1) on `batch`, fetched GROUP at a time."""
+    means = {}
+    for start in range(0, len(names), GROUP):
+        group = names[start : start + GROUP]
+        for name, got in zip(group, run_with_outputs(model, group, batch, threads)):
+            means[name] = got.mean(axis=(0, *range(2, got.ndim)), dtype=np.float64)
+    return means

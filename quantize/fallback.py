@@ -51,9 +51,9 @@ def fall_back(
 ) -> Fallback:
     """`trial_score`, if given, ranks the one-node trials in place of `score` (a cheaper stand-in
     of it: fewer samples); the steps after are scored with `score` and kept only if they raise
-    it by more than `min_gain`."""
+    it by more than `min_gain`. With `max_nodes=0`, only the result's score: no trials."""
     before = score(result.model)
-    if before >= target:
+    if before >= target or max_nodes == 0:
         return Fallback(result, target, before, before, [], {})
     trial = trial_score or score
     base = before if trial_score is None else trial(result.model)
@@ -86,18 +86,17 @@ def to_fidelity_floor(result: QuantizeResult, max_nodes: int = 8) -> Fallback:
     before = min(result.output_sqnr_db.values())
     if before >= OUTPUT_FLOOR_DB or max_nodes == 0:
         return Fallback(result, OUTPUT_FLOOR_DB, before, before, [], {})
-    held_out, threads = result.held_out, result.options.threads
-    trial_batches = [first_samples(result.fp32_model, held_out[0], TRIAL_SAMPLES)]
+    threads = result.options.threads
+    trial_batches = [first_samples(result.fp32_model, result.held_out[0], TRIAL_SAMPLES)]
 
-    def worst_output_sqnr(batches: list[dict]) -> Score:
-        reference = model_outputs(result.fp32_model, batches, threads)  # once, not per model
+    def worst_output_sqnr(reference: dict, batches: list[dict]) -> Score:
         return lambda model: min(sqnr_against(reference, model, batches, threads).values())
 
     return fall_back(
         result,
-        worst_output_sqnr(held_out),
+        worst_output_sqnr(result.fp32_outputs, result.held_out),
         OUTPUT_FLOOR_DB,
         max_nodes,
-        worst_output_sqnr(trial_batches),
+        worst_output_sqnr(model_outputs(result.fp32_model, trial_batches, threads), trial_batches),
         FLOOR_STEP_DB,
     )

@@ -39,7 +39,7 @@ from quantize.policy import (
 from quantize.recipe import RECIPE_KEY, Recipe, RunOptions
 from quantize.runtime import session
 from quantize.target import TARGET_KEY, WEIGHT_FORMATS, WEIGHTS_KEY, host_target
-from quantize.validate import layer_sqnr, output_sqnr
+from quantize.validate import layer_sqnr, model_outputs, sqnr_against
 
 __version__ = "0.1.0"
 PREPROCESS_KEY = "quantize.preprocess"
@@ -79,13 +79,23 @@ class QuantizeResult:
     calibration_samples: int
     calibration_seconds: float
     output_sqnr_db: dict[str, float]
-    layer_sqnr_db: dict[str, float]
     sqnr_samples: str
+    clamped: set[str] = field(repr=False)  # tensors whose following Relu the plan absorbed
     held_out: list[dict] = field(repr=False)
+    fp32_outputs: dict = field(repr=False)  # the FP32 graph's on held_out, for every lowering
     calibration: Calibration = field(repr=False)
     speed_check: str = UNMEASURED  # what keep_fp32_unless_faster measured and did
     weight_choice: str = ""  # why choose_weights took the recipe's weight format, if it chose
     bias_correction: str = "off"  # what correcting the Convs' biases measured and did
+
+    @cached_property
+    def layer_sqnr_db(self) -> dict[str, float]:
+        """SQNR of each quantized activation on the first held-out batch. Measured when first
+        read, not at each lowering: the fallback and the weight choice lower many models and
+        judge them by their outputs; only the model the user gets is reported layer by layer."""
+        return layer_sqnr(
+            self.fp32_model, self.model, self.clamped, self.held_out[0], self.options.threads
+        )
 
     @cached_property
     def served_feeds(self) -> dict[str, np.ndarray]:
@@ -190,7 +200,8 @@ def quantize(
         if held_range[0] >= n_cal
         else f"{held_range[1]} calibration samples (none left to hold out)"
     )
-    result = _lower(calibration, recipe, options, held_out, sqnr_samples, {})
+    fp32_outputs = model_outputs(clean, held_out, options.threads)
+    result = _lower(calibration, recipe, options, held_out, fp32_outputs, sqnr_samples, {})
     if options.speed_check:
         result = keep_fp32_unless_faster(result)
     if not recipe.bias_correction or result.speed_check.endswith(WHOLE_FP32):
@@ -307,7 +318,13 @@ def _relower(result: QuantizeResult, recipe: Recipe, fallback: dict[str, str]) -
     """`result`'s calibration lowered again under `recipe`, the `fallback` nodes in FP32; the
     calibration carries the bias shifts, so what bias correction measured still holds."""
     lowered = _lower(
-        result.calibration, recipe, result.options, result.held_out, result.sqnr_samples, fallback
+        result.calibration,
+        recipe,
+        result.options,
+        result.held_out,
+        result.fp32_outputs,
+        result.sqnr_samples,
+        fallback,
     )
     return replace(lowered, bias_correction=result.bias_correction)
 
@@ -330,18 +347,20 @@ def served(feeds: dict[str, np.ndarray], rows: int | None) -> dict[str, np.ndarr
 
 
 def qdq_model(result: QuantizeResult, fp32_nodes: set[str]) -> onnx.ModelProto:
-    """The Q/DQ model with `fp32_nodes` in FP32, without the coverage check: a quick trial."""
+    """The Q/DQ model with `fp32_nodes` in FP32, without the coverage and ONNX checks: a quick
+    trial."""
     calibration = result.calibration
     int8 = set(calibration.selection.int8 - fp32_nodes)
     plan = make_plan(calibration.graph, int8, calibration.histograms, result.recipe)
-    return _lowered(calibration.graph, plan, calibration.bias_shifts)
+    return _lowered(calibration.graph, plan, calibration.bias_shifts, checked=False)
 
 
-def _lowered(graph: ir.Model, plan: QuantPlan, bias_shifts: dict) -> onnx.ModelProto:
+def _lowered(
+    graph: ir.Model, plan: QuantPlan, bias_shifts: dict, checked: bool = True
+) -> onnx.ModelProto:
     """`graph` lowered to Q/DQ by `plan`, the bias shifts applied to the Convs it keeps INT8."""
-    return _for_ort(
-        passes.lower_to_qdq(bias_correction.shifted(graph, bias_shifts, plan.nodes), plan)
-    )
+    shifted = bias_correction.shifted(graph, bias_shifts, plan.nodes)
+    return _for_ort(passes.lower_to_qdq(shifted, plan, checked))
 
 
 def _lower(
@@ -349,6 +368,7 @@ def _lower(
     recipe: Recipe,
     options: RunOptions,
     held_out: list[dict],
+    fp32_outputs: dict,
     sqnr_samples: str,
     fallback: dict[str, str],
 ) -> QuantizeResult:
@@ -368,12 +388,11 @@ def _lower(
         kernels=coverage.kernel_counts(executed),
         calibration_samples=calibration.samples,
         calibration_seconds=calibration.seconds,
-        output_sqnr_db=output_sqnr(clean, int8, held_out, options.threads),
-        layer_sqnr_db=layer_sqnr(
-            clean, int8, set(plan.absorbed.values()), held_out[0], options.threads
-        ),
+        output_sqnr_db=sqnr_against(fp32_outputs, int8, held_out, options.threads),
         sqnr_samples=sqnr_samples,
+        clamped=set(plan.absorbed.values()),
         held_out=held_out,
+        fp32_outputs=fp32_outputs,
         calibration=calibration,
     )
 

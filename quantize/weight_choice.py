@@ -2,8 +2,11 @@
 
 int7 weights run ONNX Runtime's fast U8S8 kernels exactly; uint8 weights keep all 8 bits but run
 its U8U8 kernels, which are slower (quantize/target.py). A model starts from int7, and only if
-int7 misses the accuracy goal is uint8 tried, from the same calibration. Each format is brought
-to the goal by the same fallback (nodes back to FP32). uint8 is kept only where it buys the
+int7 misses the accuracy goal is uint8 tried, from the same calibration, and it is brought to
+the goal only if, with every node INT8, it scores above int7: where the 8th weight bit buys
+nothing the error comes from elsewhere (activations, weights beyond the calibrated range), and
+uint8's one-node trials would only repeat int7's at a slower speed. Each format is brought to
+the goal by the same fallback (nodes back to FP32). uint8 is kept only where it buys the
 goal: if only uint8 meets it, uint8; if neither does, int7, the faster (a slower model that
 still misses buys nothing the user asked for); if both do, the faster here, timed as the speed
 check times, or, when the model is not for this CPU or timing is off, the one with fewer nodes
@@ -11,14 +14,19 @@ back in FP32 (int7 on a tie). Nodes that int7's kernel timing kept FP32 stay FP3
 uint8 trial: the U8U8 kernels are slower still, so those nodes do not become worth INT8.
 """
 
-from collections.abc import Callable
 from dataclasses import replace
+from typing import Protocol
 
 from quantize.fallback import Fallback
 from quantize.pipeline import QuantizeResult, latencies_ms, timed_here, with_weights
 
-Goal = Callable[[QuantizeResult], Fallback]  # a result brought to the accuracy goal
 SECONDS = 2.0  # timing each candidate, as the speed check does
+
+
+class Goal(Protocol):
+    def __call__(self, result: QuantizeResult, max_nodes: int = ...) -> Fallback:
+        """`result` brought to the accuracy goal by at most `max_nodes` nodes back in FP32
+        (0: only scored), as `fallback.fall_back` and `fallback.to_fidelity_floor` do."""
 
 
 def choose_weights(result: QuantizeResult, goal: Goal) -> Fallback:
@@ -32,7 +40,15 @@ def choose_weights(result: QuantizeResult, goal: Goal) -> Fallback:
     int7 = goal(result)
     if int7.score_before >= int7.target:
         return _chosen(int7, f"int7 met the accuracy goal ({_score(int7)})")
-    uint8 = goal(with_weights(result, "uint8"))
+    whole_uint8 = goal(with_weights(result, "uint8"), max_nodes=0)
+    if whole_uint8.score_before <= int7.score_before:
+        return _chosen(
+            int7,
+            f"int7 {'met' if int7.met else 'missed'} the accuracy goal ({_score(int7)}); uint8 "
+            f"scored {whole_uint8.score_before:.4g} with every node INT8, no better than int7's "
+            f"{int7.score_before:.4g}: not tried further",
+        )
+    uint8 = whole_uint8 if whole_uint8.met else goal(whole_uint8.result)
     scores = f"int7 {_score(int7)}, uint8 {_score(uint8)}"
     if int7.met and uint8.met:
         return _faster(int7, uint8, scores)

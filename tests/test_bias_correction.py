@@ -6,10 +6,10 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 from graphs import conv_net, images
-from onnx import numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 
 from quantize import Recipe, quantize
-from quantize.bias_correction import bias_shifts, correctable, shifted
+from quantize.bias_correction import bias_shifts, correctable, shifted, waves
 from quantize.passes import cleanup
 from quantize.pipeline import keep_fp32
 
@@ -74,3 +74,50 @@ def _bias(model: onnx.ModelProto, conv: str) -> np.ndarray:
         return tensors[name]
     dq = producers[name]
     return tensors[dq.input[0]] * tensors[dq.input[1]]
+
+
+def test_convs_on_parallel_branches_are_measured_in_one_wave_after_their_ancestors():
+    """x -> a, x -> b, a + b -> c: a and b in the first wave (one lowering), c in the second,
+    and c is measured with both branches' errors already undone."""
+    rng = np.random.default_rng(3)
+
+    def conv(name, source, out):
+        weight = numpy_helper.from_array(
+            rng.normal(0, 0.3, (4, 4, 3, 3)).astype(np.float32), f"{name}_w"
+        )
+        bias = numpy_helper.from_array(np.zeros(4, np.float32), f"{name}_b")
+        node = helper.make_node("Conv", [source, weight.name, bias.name], [out], name, pads=[1] * 4)
+        return node, [weight, bias]
+
+    a, a_inits = conv("a", "x", "ya")
+    b, b_inits = conv("b", "x", "yb")
+    c, c_inits = conv("c", "s", "y")
+    add = helper.make_node("Add", ["ya", "yb"], ["s"], "add")
+    model = helper.make_model(
+        helper.make_graph(
+            [a, b, add, c],
+            "branches",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, 4, 8, 8])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None, 4, 8, 8])],
+            a_inits + b_inits + c_inits,
+        ),
+        opset_imports=[helper.make_opsetid("", 17)],
+    )
+    graph = ir.serde.deserialize_model(model)
+    convs = correctable(graph, {"a", "b", "c"})
+    assert [[n.name for n in wave] for wave in waves(convs)] == [["a", "b"], ["c"]]
+    every = {"a", "b", "c"}
+    errors = {"a": np.full(4, 0.25, np.float32), "b": np.linspace(-1, 1, 4).astype(np.float32)}
+    wrong = shifted(graph, {k: -e for k, e in errors.items()}, every)
+    lowerings = []
+
+    def lowered(shifts):
+        lowerings.append(dict(shifts))
+        return ir.serde.serialize_model(shifted(wrong, shifts, every))
+
+    x = {"x": rng.normal(0, 1, (8, 4, 8, 8)).astype(np.float32)}
+    shifts = bias_shifts(convs, model, lowered, x, threads=1)
+    assert [sorted(s) for s in lowerings] == [[], ["a", "b"]]
+    for name, error in errors.items():
+        np.testing.assert_allclose(shifts[name], error, atol=1e-5)
+    np.testing.assert_allclose(shifts["c"], 0, atol=1e-5)

@@ -67,6 +67,14 @@ def test_an_unreachable_target_stops_after_max_nodes_and_says_it_was_not_met(tmp
     assert len(found.fp32_nodes) == 1 and not found.met
 
 
+def test_with_max_nodes_0_the_result_is_only_scored_without_trials(tmp_path):
+    result, score = _setup(tmp_path)
+    scored = []
+    found = fall_back(result, lambda m: scored.append(m) or score(m), float("inf"), max_nodes=0)
+    assert scored == [result.model] and found.result is result and found.trial_gains == {}
+    assert found.score_after == found.score_before == score(result.model) and not found.met
+
+
 class _CappedSqnr:
     """A stand-in task metric: output SQNR against FP32, capped at 30 dB (FP32 scores 30)."""
 

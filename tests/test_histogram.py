@@ -37,3 +37,12 @@ def test_exact_zeros_always_land_in_the_centre_bin():
         h.update(np.array([limit, 0.0, 0.0, 0.0], np.float32))
         h.update(np.array([2.5 * limit], np.float32))  # doubles the range: zeros must stay centred
         assert h.counts[h.bins // 2] >= h.zeros == 3, limit
+
+
+def test_the_range_ends_land_in_the_end_bins_and_non_finite_values_are_counted_apart():
+    for limit in (3.7979, 0.123, 1e-3, 77.7):
+        h = StreamingHistogram(bins=64)
+        h.update(np.array([-limit, limit, np.nan, np.inf, -2e30, 0.0], np.float32))
+        assert h.limit == np.float32(limit) and h.total == 3 and h.beyond == 3, limit
+        assert h.counts[0] == h.counts[-1] == h.counts[32] == 1 and h.zeros == 1, limit
+        assert (h.min, h.max) == (np.float32(-2e30), np.float32(limit)), limit

@@ -30,12 +30,15 @@ def _weights(found: Fallback) -> str:
 
 def _stated(verdicts: dict[str, tuple], target: float = 20.0):
     """A goal whose verdict on each weight format is given: (score before, score after, the
-    nodes its fallback sent to FP32); and the formats it was asked about, in order."""
+    nodes its fallback sent to FP32); and the formats it brought to the goal, in order (one only
+    scored, `max_nodes=0`, is not listed)."""
     asked = []
 
-    def goal(result):
-        asked.append(result.recipe.weights)
+    def goal(result, max_nodes=4):
         before, after, nodes = verdicts[result.recipe.weights]
+        if max_nodes == 0:
+            return Fallback(result, target, before, before, [], {})
+        asked.append(result.recipe.weights)
         return Fallback(result, target, before, after, nodes, {})
 
     return goal, asked
@@ -72,9 +75,9 @@ def test_uint8_is_chosen_when_only_it_meets_the_goal_on_the_real_output_sqnr(int
     uint8_db = min(with_weights(int7, "uint8").output_sqnr_db.values())
     floor = (min(int7.output_sqnr_db.values()) + uint8_db) / 2
 
-    def held_out_sqnr(result):
+    def held_out_sqnr(result, max_nodes=0):
         score = lambda model: min(output_sqnr(int7.fp32_model, model, int7.held_out).values())  # noqa: E731
-        return fall_back(result, score, floor, max_nodes=0)
+        return fall_back(result, score, floor, max_nodes)
 
     found = choose_weights(int7, held_out_sqnr)
     assert _weights(found) == "uint8" and found.met
@@ -98,12 +101,25 @@ def test_uint8_is_kept_only_where_it_buys_the_goal(int7):
     assert _weights(found) == "int7" and found.result.weight_choice.startswith("only int7 met")
 
 
+def test_uint8_no_better_than_int7_with_every_node_int8_is_not_brought_to_the_goal(int7):
+    """Where the 8th bit buys nothing, uint8's fallback would only repeat int7's trials, slower."""
+    goal, asked = _stated({"int7": (12.0, 14.0, ["conv2"]), "uint8": (12.0, 30.0, [])})
+    found = choose_weights(int7, goal)
+    assert asked == ["int7"] and _weights(found) == "int7" and found.score_after == 14.0
+    assert found.result.weight_choice == (
+        "int7 missed the accuracy goal (14 with 1 node(s) back in FP32); uint8 scored 12 with "
+        "every node INT8, no better than int7's 12: not tried further"
+    )
+    goal, asked = _stated({"int7": (12.0, 14.0, ["conv2"]), "uint8": (12.5, 30.0, [])})
+    assert _weights(choose_weights(int7, goal)) == "uint8" and asked == ["int7", "uint8"]
+
+
 def test_when_both_meet_it_untimed_the_one_with_fewer_fp32_nodes_wins(int7):
     """int7 reaching the goal only with nodes back in FP32 against uint8 reaching it whole; the
     model is not timed (kernel timing off), so the count decides, int7 on a tie."""
     goal, asked = _stated({"int7": (19.0, 20.5, ["conv2"]), "uint8": (21.0, 21.0, [])})
     found = choose_weights(int7, goal)
-    assert asked == ["int7", "uint8"] and _weights(found) == "uint8"
+    assert asked == ["int7"] and _weights(found) == "uint8"  # uint8 met it whole: no fallback
     assert "not timed here: fewer nodes in FP32" in found.result.weight_choice
     goal, _ = _stated({"int7": (19.0, 20.5, ["conv2"]), "uint8": (19.5, 20.5, ["conv1"])})
     assert _weights(choose_weights(int7, goal)) == "int7"
