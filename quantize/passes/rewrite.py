@@ -12,8 +12,8 @@ def add_initializer(graph: ir.Graph, name: str, array: np.ndarray) -> ir.Value:
     while name in taken:
         count += 1
         name = f"{stem}_{count}"
-    # ir.Tensor, not ir.tensor: its protocol checks took 10x as long, and a lowering adds
-    # a thousand constants
+    # ir.Tensor, not the ir.tensor wrapper: its protocol checks are paid per constant, and a
+    # lowering adds hundreds of constants
     value = ir.Value(name=name, const_value=ir.Tensor(np.asarray(array), name=name))
     value.shape, value.type = value.const_value.shape, ir.TensorType(value.const_value.dtype)
     graph.register_initializer(value)
