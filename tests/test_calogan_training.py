@@ -10,7 +10,7 @@ import tensorflow  # noqa: F401  (a required dependency: missing, it fails the s
 from models.calogan.detector import sampling_fraction_fit  # noqa: E402
 from models.calogan.train import TrainRecipe, train  # noqa: E402
 
-TINY = TrainRecipe(showers=16, epochs=1, batch=8)  # 2 steps
+TINY = TrainRecipe(showers=4, epochs=1, batch=2)  # 2 steps
 
 
 @pytest.fixture(scope="module")
@@ -22,7 +22,7 @@ def tiny_training(tmp_path_factory):
 
 
 def test_training_stops_on_its_budget_and_resumes_from_the_step_reached(tmp_path):
-    recipe = TrainRecipe(showers=24, epochs=1, batch=8)  # 3 steps per epoch
+    recipe = TrainRecipe(showers=6, epochs=1, batch=2)  # 3 steps per epoch
     train(
         recipe, minutes=0, out_dir=tmp_path, log=lambda *_: None
     )  # a spent budget still makes one step
@@ -104,7 +104,7 @@ def test_a_cache_is_brought_up_to_the_committed_checkpoint_of_its_recipe_only(
 ):
     from models.calogan.train import training_folder
 
-    recipe, other, committed = TINY, TrainRecipe(showers=32, epochs=1, batch=8), tiny_training
+    recipe, other, committed = TINY, TrainRecipe(showers=8, epochs=1, batch=2), tiny_training
     monkeypatch.setenv("QUANTIZE_CACHE", str(tmp_path / "cache"))
     assert not (training_folder(other, committed) / "state.json").exists()
     folder = training_folder(recipe, committed)

@@ -24,7 +24,13 @@ def cache(tmp_path_factory):
     root = tmp_path_factory.mktemp("cache")
     os.environ["QUANTIZE_CACHE"] = str(root)
     recipe = TrainRecipe(
-        name="tiny", epochs=1, train_samples=2048, batch=64, stages=(1, 1, 1, 1), calib_samples=256
+        name="tiny",
+        epochs=1,
+        train_samples=4096,
+        batch=32,
+        stages=(1, 1, 1, 1),
+        width=16,
+        calib_samples=256,
     )
     yield build(recipe, log=lambda *_: None)
     del os.environ["QUANTIZE_CACHE"]

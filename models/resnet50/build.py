@@ -27,6 +27,7 @@ class TrainRecipe:
     learning_rate: float = 2e-3
     train_samples: int = 60000
     stages: tuple = (3, 4, 6, 3)
+    width: int = 64
     calib_samples: int = 1000
     seed: int = 0
 
@@ -69,7 +70,7 @@ def build(recipe: TrainRecipe = TrainRecipe(), out_dir: Path | None = None, log=
     test_x, test_y = data.load_split("test")
     train_x, train_y = train_x[: recipe.train_samples], train_y[: recipe.train_samples]
     x = data.normalise(data.to_rgb(train_x, recipe.size))
-    model = resnet50(stages=recipe.stages)
+    model = resnet50(stages=recipe.stages, width=recipe.width)
     per_epoch = int(np.ceil(len(x) / recipe.batch))
     schedule = keras.optimizers.schedules.CosineDecay(
         recipe.learning_rate, recipe.epochs * per_epoch

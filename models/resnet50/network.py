@@ -22,14 +22,15 @@ def bottleneck(x, filters: int, stride: int, project: bool, name: str):
     return layers.ReLU(name=f"{name}_out")(layers.Add(name=f"{name}_add")([shortcut, x]))
 
 
-def resnet50(num_classes: int = 10, stages=(3, 4, 6, 3)) -> keras.Model:
-    """ResNet-50 with the standard stem; `stages` shrinks it for tests. Any input size >= 32."""
+def resnet50(num_classes: int = 10, stages=(3, 4, 6, 3), width: int = 64) -> keras.Model:
+    """ResNet-50 with the standard stem; `stages` and `width` (the first stage's filters) shrink
+    it for tests. Any input size >= 32."""
     inputs = keras.Input((None, None, 3), name="image")
-    x = layers.Conv2D(64, 7, strides=2, padding="same", use_bias=False, name="stem")(inputs)
+    x = layers.Conv2D(width, 7, strides=2, padding="same", use_bias=False, name="stem")(inputs)
     x = layers.ReLU(name="stem_relu")(layers.BatchNormalization(name="stem_bn")(x))
     x = layers.MaxPooling2D(3, strides=2, padding="same", name="stem_pool")(x)
     for stage, blocks in enumerate(stages):
-        filters = 64 * 2**stage
+        filters = width * 2**stage
         for block in range(blocks):
             stride = 2 if stage > 0 and block == 0 else 1
             x = bottleneck(x, filters, stride, project=block == 0, name=f"s{stage + 1}b{block + 1}")
