@@ -4,8 +4,9 @@ the weight format, on the zoo's transformers.
 SmoothQuant moves a share alpha of each activation outlier into the weights of the GEMMs that
 read it (quantize/passes/smooth_activations.py): the activations get easier to quantize and the
 weights harder. The preset's alpha was chosen with full 8-bit weights; where U8S8 saturates the
-weights have 7 bits (int7), and the balance may lie elsewhere. For each alpha (and no smoothing)
-the model is calibrated once (kernel timing off, so that every variant has the same INT8 nodes)
+weights have 7 bits (int7), and the balance may lie elsewhere. For each alpha (no smoothing, and
+`auto`, the preset's: with int7 weights it picks by held-out SQNR, quantize/recipe.py; its other
+formats take the alpha it picked) the model is calibrated once (kernel timing off, so that every variant has the same INT8 nodes)
 and lowered with each weight format this CPU runs exactly; for each: output SQNR on the held-out
 samples, the zoo's task fidelity, and speed against the cleaned FP32 graph, all timed in one
 run. Writes benchmarks/results/smoothing_alpha_TARGET.{json,md}.
@@ -24,7 +25,7 @@ from quantize.recipe import SmoothQuant
 from quantize.runtime import session
 
 TITLE = "# SmoothQuant strength (alpha) against the weight format, transformer preset"
-ALPHAS = (None, 0.5, 0.6, 0.7, 0.8, 0.9)  # None: no smoothing
+ALPHAS = (None, 0.5, 0.6, 0.7, 0.8, 0.9, "auto")  # None: no smoothing
 
 
 def transformer_models() -> list:
@@ -59,6 +60,7 @@ def run_model(model, calibration: int, evaluation: int, seconds: float) -> dict:
         "variants": [
             {
                 "alpha": alpha,
+                "alpha_taken": r.recipe.smoothing and r.recipe.smoothing.alpha,
                 "weights": weights,
                 "output_sqnr_db": min(r.output_sqnr_db.values()),
                 "fidelity": model.fidelity(feeds, outputs["fp32"], outputs[(alpha, weights)]),
@@ -72,6 +74,12 @@ def run_model(model, calibration: int, evaluation: int, seconds: float) -> dict:
     }
 
 
+def _alpha(variant: dict) -> str:
+    if variant["alpha"] == "auto":
+        return f"auto: {variant['alpha_taken']:g}"
+    return "none" if variant["alpha"] is None else f"{variant['alpha']:g}"
+
+
 def _table(records: list[dict]) -> str:
     rows = []
     for r in records:
@@ -79,7 +87,7 @@ def _table(records: list[dict]) -> str:
             f, speed = v["fidelity"], v["over_fp32_cleaned"]
             worst = f" (worst {f['worst']:.4f})" if "worst" in f else ""
             rows.append(
-                f"| {r['name']} | {'none' if v['alpha'] is None else v['alpha']} | {v['weights']} "
+                f"| {r['name']} | {_alpha(v)} | {v['weights']} "
                 f"| {v['output_sqnr_db']:.1f} | {f['value']:.4f}{worst} "
                 f"{'meets' if f['meets'] else 'misses'} | {r['fidelity_target']} "
                 f"| {'-' if speed is None else f'{speed:.2f}x'} |"

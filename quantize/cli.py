@@ -435,6 +435,7 @@ def _print_summary(s: dict, report_path: Path | None) -> None:
     facts.add_row("kernel timing", s["kernel_timing"])
     facts.add_row("speed check", s["speed_check"])
     facts.add_row("bias correction", s["bias_correction"])
+    facts.add_row("smoothing", s["smoothing"])
     facts.add_row(
         "calibration",
         f"{s['calibration']['samples']} samples, {s['calibration']['seconds']:.1f} s, method {recipe['ranges']['name']}",

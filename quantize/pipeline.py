@@ -36,7 +36,7 @@ from quantize.policy import (
     is_float,
     select_nodes,
 )
-from quantize.recipe import RECIPE_KEY, Recipe, RunOptions
+from quantize.recipe import AUTO_ALPHA, RECIPE_KEY, Recipe, RunOptions, SmoothQuant
 from quantize.runtime import session
 from quantize.target import TARGET_KEY, WEIGHT_FORMATS, WEIGHTS_KEY, host_target
 from quantize.validate import layer_sqnr, model_outputs, sqnr_against
@@ -87,6 +87,7 @@ class QuantizeResult:
     speed_check: str = UNMEASURED  # what keep_fp32_unless_faster measured and did
     weight_choice: str = ""  # why choose_weights took the recipe's weight format, if it chose
     bias_correction: str = "off"  # what correcting the Convs' biases measured and did
+    smoothing: str = "off"  # the SmoothQuant alpha taken, and if chosen, what was measured
 
     @cached_property
     def layer_sqnr_db(self) -> dict[str, float]:
@@ -155,17 +156,16 @@ def quantize(
     _check_refined_convs(graph, selection.int8, recipe, model_path)
     start = time.perf_counter()
     scaling_muls: dict[str, str] = {}
+    smoothing = "off"
     if recipe.smoothing is not None:
-        scaling_muls = _smooth(
-            clean,
-            graph,
-            selection.int8,
-            source,
-            n_cal,
-            batch_size,
-            recipe.smoothing.alpha,
-            options.threads,
+        absmax = _smoothed_inputs_absmax(
+            clean, graph, selection.int8, source, n_cal, batch_size, options.threads
         )
+        alpha, smoothing = _alpha(
+            recipe, graph, clean, absmax, source, n_cal, batch_size, held_out, options.threads
+        )
+        recipe = replace(recipe, smoothing=SmoothQuant(alpha))
+        scaling_muls = _smooth(graph, absmax, alpha)
         clean = _for_ort(graph)
         _check_cleanup(reference, clean, held_out[0])
         selection = select_nodes(graph, recipe.overrides.fp32, recipe.activation_matmuls).without(
@@ -201,7 +201,10 @@ def quantize(
         else f"{held_range[1]} calibration samples (none left to hold out)"
     )
     fp32_outputs = model_outputs(clean, held_out, options.threads)
-    result = _lower(calibration, recipe, options, held_out, fp32_outputs, sqnr_samples, {})
+    result = replace(
+        _lower(calibration, recipe, options, held_out, fp32_outputs, sqnr_samples, {}),
+        smoothing=smoothing,
+    )
     if options.speed_check:
         result = keep_fp32_unless_faster(result)
     if not recipe.bias_correction or result.speed_check.endswith(WHOLE_FP32):
@@ -326,7 +329,7 @@ def _relower(result: QuantizeResult, recipe: Recipe, fallback: dict[str, str]) -
         result.sqnr_samples,
         fallback,
     )
-    return replace(lowered, bias_correction=result.bias_correction)
+    return replace(lowered, bias_correction=result.bias_correction, smoothing=result.smoothing)
 
 
 def _rows(feeds: dict) -> int:
@@ -461,19 +464,17 @@ def _beyond_uint8(graph: ir.Model, nodes: set[str], histograms: dict) -> dict[st
     return kept
 
 
-def _smooth(
+def _smoothed_inputs_absmax(
     clean: onnx.ModelProto,
     graph: ir.Model,
     nodes: set[str],
     source,
     n_cal: int,
     batch_size: int,
-    alpha: float,
     threads: int,
-) -> dict[str, str]:
-    """Move activation outliers of `graph` (`clean` is the same model, for ORT) into the weights
-    of the GEMMs that read them, in place; returns the scaling Muls it needed (name -> why they
-    stay FP32)."""
+) -> dict:
+    """Each channel's largest magnitude, over the calibration samples, of every input that INT8
+    weight GEMMs among `nodes` read: what SmoothQuant balances against their weights."""
     inputs = list(
         {
             n.inputs[0].name: None
@@ -481,9 +482,60 @@ def _smooth(
             if n.name in nodes and n in weight_gemm_readers(n.inputs[0])
         }
     )
-    absmax = collect_channel_absmax(clean, inputs, source, n_cal, batch_size, threads)
+    return collect_channel_absmax(clean, inputs, source, n_cal, batch_size, threads)
+
+
+def _smooth(graph: ir.Model, absmax: dict, alpha: float) -> dict[str, str]:
+    """Move activation outliers of `graph` into the weights of the GEMMs that read them, in
+    place; returns the scaling Muls it needed (name -> why they stay FP32)."""
     passes.SmoothActivationsPass(smoothing_scales(graph, absmax, alpha))(graph)
     return dict.fromkeys(scaling_muls(graph), "SmoothQuant's scaling of its input, FP32 by design")
+
+
+def _alpha(
+    recipe: Recipe,
+    graph: ir.Model,
+    clean: onnx.ModelProto,
+    absmax: dict,
+    source,
+    n_cal: int,
+    batch_size: int,
+    held_out: list[dict],
+    threads: int,
+) -> tuple[float, str]:
+    """The recipe's SmoothQuant alpha, or where it leaves a choice, the one whose model (every
+    candidate node INT8, calibrated afresh) has the best worst-output SQNR on the held-out
+    samples; with what was measured."""
+    alphas = recipe.smoothing.alphas(recipe.weights)
+    if len(alphas) == 1:
+        return alphas[0], f"alpha {alphas[0]:g}"
+    if not smoothing_scales(graph, absmax, AUTO_ALPHA):  # which tensors: the same for any alpha
+        return AUTO_ALPHA, f"alpha {AUTO_ALPHA:g} (no outlier channels: nothing to choose)"
+    fp32_outputs = model_outputs(clean, held_out, threads)
+    scores = {}
+    for alpha in alphas:
+        smoothed = graph.clone()
+        scaling = _smooth(smoothed, absmax, alpha)
+        selection = select_nodes(
+            smoothed, recipe.overrides.fp32, recipe.activation_matmuls
+        ).without(scaling)
+        histograms = collect_histograms(
+            _for_ort(smoothed),
+            observed_tensors(smoothed, selection.int8),
+            source,
+            n_cal,
+            batch_size,
+            threads,
+        )
+        selection = selection.without(_beyond_uint8(smoothed, selection.int8, histograms))
+        int8 = _lower_without_islands(smoothed, selection, histograms, recipe, {})[0]
+        scores[alpha] = min(sqnr_against(fp32_outputs, int8, held_out, threads).values())
+    best = max(scores, key=scores.get)
+    measured = ", ".join(f"{a:g}: {db:.1f} dB" for a, db in scores.items())
+    return (
+        best,
+        f"alpha {best:g}, the best held-out output SQNR with {recipe.weights} weights ({measured})",
+    )
 
 
 def cleaned_fp32(model_path) -> onnx.ModelProto:

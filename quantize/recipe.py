@@ -23,16 +23,33 @@ RECIPE_VERSION = 1
 RECIPE_KEY = "quantize.recipe"
 
 
+# The transformer preset's alpha with 8-bit weights, chosen on the translator's BLEU and
+# MiniLM's embeddings. int7 weights have half the levels for what smoothing moves into them, and
+# MiniLM's best alpha moves lower (benchmarks/results/smoothing_alpha_avx2.md): there `auto`
+# takes the one of INT7_ALPHAS whose model has the best held-out output SQNR.
+AUTO_ALPHA = 0.8
+INT7_ALPHAS = (0.6, 0.7, 0.8)
+
+
 @dataclass(frozen=True)
 class SmoothQuant:
     """Move activation outliers into the weights of the GEMMs that read them
-    (quantize/passes/smooth_activations.py); `alpha` is the share moved."""
+    (quantize/passes/smooth_activations.py); `alpha` is the share moved, or `auto`: AUTO_ALPHA,
+    or with int7 weights the best of INT7_ALPHAS on the held-out samples."""
 
-    alpha: float = 0.8
+    alpha: float | str = "auto"
 
     def __post_init__(self):
-        if not 0 <= self.alpha <= 1:
-            raise ValueError("the SmoothQuant alpha must be in [0, 1]")
+        if self.alpha != "auto" and not (
+            isinstance(self.alpha, int | float) and 0 <= self.alpha <= 1
+        ):
+            raise ValueError(f"the SmoothQuant alpha must be auto or in [0, 1]; got {self.alpha!r}")
+
+    def alphas(self, weights: str) -> tuple[float, ...]:
+        """The alphas to try for a model with `weights`: one unless `auto` has a choice."""
+        if self.alpha != "auto":
+            return (self.alpha,)
+        return INT7_ALPHAS if weights == "int7" else (AUTO_ALPHA,)
 
 
 @dataclass(frozen=True)
@@ -96,7 +113,7 @@ class Recipe:
         attention's activation MatMuls, softmax, LayerNorm, residual Adds and the cache in FP32."""
         return cls(
             **{
-                "smoothing": SmoothQuant(0.8),
+                "smoothing": SmoothQuant(),
                 "activation_matmuls": False,
                 "overrides": NodeOverrides(fp32=TRANSFORMER_FP32_OPS),
                 **changes,

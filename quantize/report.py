@@ -39,6 +39,7 @@ def summarize(result: QuantizeResult) -> dict:
         "kernel_timing": _kernel_timing(result.recipe),
         "speed_check": result.speed_check,
         "bias_correction": result.bias_correction,
+        "smoothing": result.smoothing,
         "weights": {"format": result.recipe.weights, "choice": result.weight_choice},
         "fidelity": fidelity(result.output_sqnr_db, result.layer_sqnr_db),
         "output_sqnr_db": result.output_sqnr_db,
@@ -153,6 +154,7 @@ def _html(r: dict) -> str:
     rows.append(f"<tr><th>weights</th><td colspan=3>{e(weights_text(r['weights']))}</td></tr>")
     rows.append(f"<tr><th>speed check</th><td colspan=3>{e(r['speed_check'])}</td></tr>")
     rows.append(f"<tr><th>bias correction</th><td colspan=3>{e(r['bias_correction'])}</td></tr>")
+    rows.append(f"<tr><th>smoothing</th><td colspan=3>{e(r['smoothing'])}</td></tr>")
     coverage = "".join(
         f"<tr><td>{e(op)}</td><td>{c['int8']}</td><td>{c['fp32']}</td></tr>"
         for op, c in r["coverage"]["by_op_type"].items()

@@ -11,7 +11,7 @@ import onnx
 import pytest
 from graphs import images
 
-from quantize.recipe import Recipe
+from quantize.recipe import AUTO_ALPHA, INT7_ALPHAS, Recipe
 from quantize.target import host_target, saturates
 
 
@@ -314,9 +314,18 @@ def test_auto_preset_picks_the_transformer_recipe_for_attention_and_cnn_otherwis
     assert {"Add", "Mul", "query"} <= set(
         summaries["attention"]["recipe"]["overrides"]["fp32"]
     )  # the preset's and the user's
+    assert summaries["cnn"]["recipe"]["overrides"]["fp32"] == []
+    # the preset's alpha is auto: a number in the model's recipe, chosen where weights are int7
+    alpha = summaries["attention"]["recipe"]["smoothing"]["alpha"]
+    if summaries["attention"]["recipe"]["weights"] == "int7":
+        assert (
+            alpha in INT7_ALPHAS
+            and "best held-out output SQNR" in (summaries["attention"]["smoothing"])
+        )
+    else:
+        assert alpha == AUTO_ALPHA and summaries["attention"]["smoothing"] == f"alpha {alpha:g}"
     assert (
-        summaries["attention"]["recipe"]["smoothing"] == {"alpha": 0.8}
-        and summaries["cnn"]["recipe"]["overrides"]["fp32"] == []
+        summaries["cnn"]["recipe"]["smoothing"] is None and summaries["cnn"]["smoothing"] == "off"
     )
 
 

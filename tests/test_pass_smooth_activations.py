@@ -6,12 +6,14 @@ from pathlib import Path
 import numpy as np
 import onnx
 import onnx_ir as ir
+import pytest
 from graphs import ops, run
 from onnx import TensorProto, helper, numpy_helper
 
 from quantize import NodeOverrides, Recipe, SmoothQuant, passes, quantize
 from quantize.passes.smooth_activations import smoothing_scales
 from quantize.pipeline import keep_fp32
+from quantize.recipe import AUTO_ALPHA, INT7_ALPHAS
 from quantize.runtime import session
 from quantize.validate import run_with_outputs
 
@@ -62,18 +64,23 @@ def test_smoothing_folds_into_a_layernorm_read_only_by_gemms_and_keeps_the_funct
     np.testing.assert_allclose(run(smoothed, x), run(original, x), rtol=1e-4, atol=1e-4)
 
 
-def _quantized_with_residual(smoothing: SmoothQuant | None):
-    """The residual outlier net, its calibration feeds, and its INT8 result with `smoothing`."""
-    original = _outlier_net(residual=True)
+def _quantized(original: onnx.ModelProto, recipe: Recipe):
+    """The calibration feeds of an (N,16) net and its INT8 result under `recipe`."""
     rng = np.random.default_rng(1)
     feeds = [{"x": rng.normal(0, 1, (32, 16)).astype(np.float32)} for _ in range(10)]
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "m.onnx"
         onnx.save(original, str(path))
-        recipe = Recipe.transformer(
-            smoothing=smoothing, overrides=NodeOverrides(fp32=()), kernel_timing=False
-        )
-        return original, feeds, quantize(path, feeds, recipe)
+        return feeds, quantize(path, feeds, recipe)
+
+
+def _quantized_with_residual(smoothing: SmoothQuant | None):
+    """The residual outlier net, its calibration feeds, and its INT8 result with `smoothing`."""
+    original = _outlier_net(residual=True)
+    recipe = Recipe.transformer(
+        smoothing=smoothing, overrides=NodeOverrides(fp32=()), kernel_timing=False
+    )
+    return original, *_quantized(original, recipe)
 
 
 def test_smoothing_adds_a_mul_when_the_activation_has_other_readers_and_improves_int8():
@@ -158,3 +165,45 @@ def test_a_scaling_mul_whose_gemm_falls_back_to_fp32_is_folded_back_into_the_wei
     np.testing.assert_allclose(
         session(fallen_back.model).run(None, {"x": x})[0], run(original, x), rtol=1e-4, atol=1e-4
     )
+
+
+def _quantized_outlier_net(smoothing: SmoothQuant, weights: str, outliers: bool = True):
+    """The outlier net (without its outlier channels unless `outliers`) quantized for the avx2
+    target with `weights`."""
+    original = _outlier_net(residual=False)
+    if not outliers:
+        original.graph.initializer[0].CopyFrom(
+            numpy_helper.from_array(np.ones(16, np.float32), "gamma")
+        )
+    recipe = Recipe.transformer(
+        smoothing=smoothing, target="avx2", weights=weights, kernel_timing=False
+    )
+    return _quantized(original, recipe)[1]
+
+
+def test_auto_alpha_takes_the_best_held_out_sqnr_among_its_candidates_with_int7_weights(
+    monkeypatch,
+):
+    auto = _quantized_outlier_net(SmoothQuant("auto"), "int7")
+    chosen = auto.recipe.smoothing.alpha
+    fixed = {a: _quantized_outlier_net(SmoothQuant(a), "int7") for a in INT7_ALPHAS}
+    sqnr = {a: r.output_sqnr_db["y"] for a, r in fixed.items()}
+    assert chosen in INT7_ALPHAS and sqnr[chosen] == max(sqnr.values()) > min(sqnr.values())
+    monkeypatch.setattr("quantize.recipe.INT7_ALPHAS", INT7_ALPHAS[::-1])  # not by its place
+    assert _quantized_outlier_net(SmoothQuant("auto"), "int7").recipe.smoothing.alpha == chosen
+    assert auto.output_sqnr_db["y"] == pytest.approx(sqnr[chosen], abs=1e-6)
+    assert auto.smoothing.startswith(f"alpha {chosen:g}, the best held-out output SQNR")
+    assert all(f"{a:g}: {db:.1f} dB" in auto.smoothing for a, db in sqnr.items())
+    assert Recipe.from_model(auto.model).smoothing == SmoothQuant(chosen)  # re-made as it was
+
+
+def test_auto_alpha_is_the_presets_alpha_with_8_bit_weights():
+    result = _quantized_outlier_net(SmoothQuant("auto"), "uint8")
+    assert result.recipe.smoothing == SmoothQuant(AUTO_ALPHA)
+    assert result.smoothing == f"alpha {AUTO_ALPHA:g}"
+
+
+def test_auto_alpha_has_nothing_to_choose_without_outlier_channels():
+    result = _quantized_outlier_net(SmoothQuant("auto"), "int7", outliers=False)
+    assert result.recipe.smoothing == SmoothQuant(AUTO_ALPHA)
+    assert result.smoothing == f"alpha {AUTO_ALPHA:g} (no outlier channels: nothing to choose)"

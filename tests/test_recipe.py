@@ -53,15 +53,16 @@ def test_a_recipe_of_another_version_or_with_unknown_fields_is_refused():
 def test_invalid_values_are_refused_where_they_are_made():
     with pytest.raises(ValueError, match="percentile"):
         Percentile(0)
-    with pytest.raises(ValueError, match="alpha"):
-        SmoothQuant(1.5)
+    for alpha in (1.5, "best"):
+        with pytest.raises(ValueError, match="alpha"):
+            SmoothQuant(alpha)
     with pytest.raises(ValueError, match="unknown target"):
         Recipe(target="avx512")
 
 
 def test_presets_are_constructors_and_the_generator_reads_its_model():
     assert preset("cnn", ir.from_proto(conv_net())) == Recipe()
-    assert preset("transformer", ir.from_proto(conv_net())).smoothing == SmoothQuant(0.8)
+    assert preset("transformer", ir.from_proto(conv_net())).smoothing == SmoothQuant("auto")
     model = conv_net()
     convs = [n.name for n in model.graph.node if n.op_type == "Conv"]
     with pytest.raises(ValueError, match="at least 3 Convs"):

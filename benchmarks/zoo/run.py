@@ -112,6 +112,7 @@ def run_model(
             kernel_timing=summary["kernel_timing"],
             speed_check=summary["speed_check"],
             bias_correction=summary["bias_correction"],
+            smoothing=summary["smoothing"],
             weights=summary["weights"]["format"],
             weight_choice=summary["weights"]["choice"],
         )
