@@ -32,6 +32,14 @@ def compare_sessions(
     return compare(calls, len(next(iter(feeds.values()))), min_seconds, rounds, min_block)
 
 
+def glance_ms(model, feeds: dict[str, np.ndarray], threads: int = 0, calls: int = 5) -> float:
+    """Median ms of `calls` runs of `model` in ONNX Runtime after a warm-up: a glance, enough
+    to tell a node that costs next to nothing, not a benchmark."""
+    sess = runtime_session(model, threads)
+    timed = compare({"model": lambda: sess.run(None, feeds)}, 1, 0.0, 1, calls)
+    return timed["model"]["latency_ms_p50"]
+
+
 def compare(
     calls: dict[str, Callable[[], object]],
     batch: int,

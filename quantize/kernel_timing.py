@@ -12,11 +12,12 @@ node's input shape in one run of the FP32 model on a held-out batch, in interlea
 with the boundaries the plan gives the node: between INT8 neighbours, as above, the FP32 side
 pays the dequantize and quantize it would need; where an FP32 op feeds it (or reads it, as the
 transformer recipe's element-wise ops do), the input (or output) is float and the INT8 side
-pays the QuantizeLinear (or DequantizeLinear) instead. A node
-goes back to FP32 only where FP32 wins, by more than MARGIN and MIN_GAIN_MS, in a first
-measurement and again in a longer second one: timing noise on a busy machine must not flip a
-decision (on AVX2, convs of a few channels measure INT8/FP32 = 1.0 +- 0.05; a 7x7 conv on 3
-input channels, a ResNet stem, 1.16). Nodes of one shape and one set of attributes are timed once.
+pays the QuantizeLinear (or DequantizeLinear) instead. A node goes back to FP32 only where
+FP32 wins, by more than MARGIN and MIN_GAIN_MS, in a first measurement and again in a longer
+second one: timing noise on a busy machine must not flip a decision (on AVX2, convs of a few
+channels measure INT8/FP32 = 1.0 +- 0.05; a 7x7 conv on 3 input channels, a ResNet stem, 1.16).
+A node whose INT8 model runs in under MIN_GAIN_MS at a glance keeps INT8 with no FP32 timing:
+FP32 cannot beat it by that much. Nodes of one shape and one set of attributes are timed once.
 Timings describe this machine only: the pipeline measures only when the target is this CPU's.
 """
 
@@ -90,10 +91,10 @@ def _verdict(
     x = np.random.default_rng(0).integers(0, 256, shape, dtype=np.uint8)
     if not boundaries.uint8_in:
         x = x.astype(np.float32) - 128
-    models = {
-        precision: _one_node_model(node, shape, precision, weights, boundaries)
-        for precision in ("int8", "fp32")
-    }
+    int8 = _one_node_model(node, shape, "int8", weights, boundaries)
+    if bench.glance_ms(int8, {"x": x}, threads) < MIN_GAIN_MS:
+        return None  # FP32 cannot be faster by MIN_GAIN_MS: it need not be timed
+    models = {"int8": int8, "fp32": _one_node_model(node, shape, "fp32", weights, boundaries)}
     for seconds, rounds, min_block in MEASUREMENTS:
         timed = bench.compare_sessions(models, {"x": x}, threads, seconds, rounds, min_block)
         int8_ms, fp32_ms = (timed[p]["latency_ms_p50"] for p in ("int8", "fp32"))

@@ -15,6 +15,7 @@ import onnx
 import onnx_ir as ir
 
 from calibration import (
+    CalibrationSource,
     ImagePreprocess,
     InputSpec,
     collect_channel_absmax,
@@ -68,6 +69,32 @@ class Calibration:
     bias_shifts: dict = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class CalibrationSamples:
+    """The samples that calibrate: the first `count` of `source`, read in batches of
+    `batch_size`, the model run on `threads`."""
+
+    source: CalibrationSource
+    count: int
+    batch_size: int
+    threads: int
+
+    def histograms(
+        self,
+        model: onnx.ModelProto,
+        tensors: list[str],
+        progress: Callable[[int, int], None] = lambda done, total: None,
+    ) -> dict:
+        return collect_histograms(
+            model, tensors, self.source, self.count, self.batch_size, self.threads, progress
+        )
+
+    def channel_absmax(self, model: onnx.ModelProto, tensors: list[str]) -> dict:
+        return collect_channel_absmax(
+            model, tensors, self.source, self.count, self.batch_size, self.threads
+        )
+
+
 @dataclass
 class QuantizeResult:
     model: onnx.ModelProto
@@ -82,7 +109,7 @@ class QuantizeResult:
     sqnr_samples: str
     clamped: set[str] = field(repr=False)  # tensors whose following Relu the plan absorbed
     held_out: list[dict] = field(repr=False)
-    fp32_outputs: dict = field(repr=False)  # the FP32 graph's on held_out, for every lowering
+    fp32_outputs: dict = field(repr=False)  # the clean FP32 graph's on held_out, before smoothing
     calibration: Calibration = field(repr=False)
     speed_check: str = UNMEASURED  # what keep_fp32_unless_faster measured and did
     weight_choice: str = ""  # why choose_weights took the recipe's weight format, if it chose
@@ -152,46 +179,26 @@ def quantize(
     reference = _outputs(_for_ort(original), held_out[0], model_path)
     _check_cleanup(reference, clean, held_out[0])
 
-    selection = select_nodes(graph, recipe.overrides.fp32, recipe.activation_matmuls)
+    selection = _select(graph, recipe)
     _check_refined_convs(graph, selection.int8, recipe, model_path)
+    fp32_outputs = model_outputs(clean, held_out, options.threads)
+    samples = CalibrationSamples(source, n_cal, batch_size, options.threads)
     start = time.perf_counter()
     scaling_muls: dict[str, str] = {}
     smoothing = "off"
     if recipe.smoothing is not None:
-        absmax = _smoothed_inputs_absmax(
-            clean, graph, selection.int8, source, n_cal, batch_size, options.threads
-        )
-        alpha, smoothing = _alpha(
-            recipe, graph, clean, absmax, source, n_cal, batch_size, held_out, options.threads
-        )
+        absmax = _smoothed_inputs_absmax(clean, graph, selection.int8, samples)
+        alpha, smoothing = _alpha(recipe, graph, absmax, samples, held_out, fp32_outputs)
         recipe = replace(recipe, smoothing=SmoothQuant(alpha))
         scaling_muls = _smooth(graph, absmax, alpha)
         clean = _for_ort(graph)
         _check_cleanup(reference, clean, held_out[0])
-        selection = select_nodes(graph, recipe.overrides.fp32, recipe.activation_matmuls).without(
-            scaling_muls
-        )
+        selection = _select(graph, recipe, scaling=scaling_muls)
     served_feeds = served(held_out[0], options.serve_batch)
     kept_fp32 = _slower_in_int8(clean, graph, selection.int8, served_feeds, recipe, options.threads)
-    if kept_fp32:  # selected again, so that no data movement is left feeding them uint8
-        selection = select_nodes(
-            graph, recipe.overrides.fp32, recipe.activation_matmuls, kept_fp32
-        ).without(scaling_muls)
-    histograms = collect_histograms(
-        clean,
-        observed_tensors(graph, selection.int8),
-        source,
-        n_cal,
-        batch_size,
-        options.threads,
-        progress,
+    selection, histograms = _calibrated_selection(
+        graph, clean, recipe, kept_fp32, scaling_muls, samples, progress
     )
-    beyond = _beyond_uint8(graph, selection.int8, histograms)
-    if beyond:
-        kept_fp32.update(beyond)
-        selection = select_nodes(
-            graph, recipe.overrides.fp32, recipe.activation_matmuls, kept_fp32
-        ).without(scaling_muls)
     calibration = Calibration(
         original, graph, clean, selection, histograms, n_cal, time.perf_counter() - start
     )
@@ -200,7 +207,6 @@ def quantize(
         if held_range[0] >= n_cal
         else f"{held_range[1]} calibration samples (none left to hold out)"
     )
-    fp32_outputs = model_outputs(clean, held_out, options.threads)
     result = replace(
         _lower(calibration, recipe, options, held_out, fp32_outputs, sqnr_samples, {}),
         smoothing=smoothing,
@@ -439,6 +445,35 @@ def _slower_in_int8(
     )
 
 
+def _select(
+    graph: ir.Model, recipe: Recipe, kept_fp32: dict | None = None, scaling: dict | None = None
+) -> Selection:
+    """The recipe's INT8 candidates in `graph`, but the `kept_fp32` nodes and SmoothQuant's
+    `scaling` Muls (name -> why they stay FP32)."""
+    selected = select_nodes(graph, recipe.overrides.fp32, recipe.activation_matmuls, kept_fp32)
+    return selected.without(scaling or {})
+
+
+def _calibrated_selection(
+    graph: ir.Model,
+    clean: onnx.ModelProto,
+    recipe: Recipe,
+    kept_fp32: dict[str, str],
+    scaling: dict[str, str],
+    samples: CalibrationSamples,
+    progress: Callable[[int, int], None] = lambda done, total: None,
+) -> tuple[Selection, dict]:
+    """The INT8 selection of `graph` (`clean` is its protobuf) and its activations' histograms
+    over the calibration samples; nodes whose tensors no uint8 scale can hold join `kept_fp32`
+    and the nodes are selected again, so that no data movement is left feeding them uint8."""
+    selection = _select(graph, recipe, kept_fp32, scaling)
+    histograms = samples.histograms(clean, observed_tensors(graph, selection.int8), progress)
+    beyond = _beyond_uint8(graph, selection.int8, histograms)
+    if beyond:
+        selection = _select(graph, recipe, {**kept_fp32, **beyond}, scaling)
+    return selection, histograms
+
+
 def _beyond_uint8(graph: ir.Model, nodes: set[str], histograms: dict) -> dict[str, str]:
     """Chosen nodes that read or write a tensor no uint8 scale can hold (an attention mask's
     finfo.min, log(0)): they stay FP32."""
@@ -465,13 +500,7 @@ def _beyond_uint8(graph: ir.Model, nodes: set[str], histograms: dict) -> dict[st
 
 
 def _smoothed_inputs_absmax(
-    clean: onnx.ModelProto,
-    graph: ir.Model,
-    nodes: set[str],
-    source,
-    n_cal: int,
-    batch_size: int,
-    threads: int,
+    clean: onnx.ModelProto, graph: ir.Model, nodes: set[str], samples: CalibrationSamples
 ) -> dict:
     """Each channel's largest magnitude, over the calibration samples, of every input that INT8
     weight GEMMs among `nodes` read: what SmoothQuant balances against their weights."""
@@ -482,7 +511,7 @@ def _smoothed_inputs_absmax(
             if n.name in nodes and n in weight_gemm_readers(n.inputs[0])
         }
     )
-    return collect_channel_absmax(clean, inputs, source, n_cal, batch_size, threads)
+    return samples.channel_absmax(clean, inputs)
 
 
 def _smooth(graph: ir.Model, absmax: dict, alpha: float) -> dict[str, str]:
@@ -495,41 +524,28 @@ def _smooth(graph: ir.Model, absmax: dict, alpha: float) -> dict[str, str]:
 def _alpha(
     recipe: Recipe,
     graph: ir.Model,
-    clean: onnx.ModelProto,
     absmax: dict,
-    source,
-    n_cal: int,
-    batch_size: int,
+    samples: CalibrationSamples,
     held_out: list[dict],
-    threads: int,
+    fp32_outputs: dict,
 ) -> tuple[float, str]:
     """The recipe's SmoothQuant alpha, or where it leaves a choice, the one whose model (every
     candidate node INT8, calibrated afresh) has the best worst-output SQNR on the held-out
-    samples; with what was measured."""
+    samples against `fp32_outputs`; with what was measured."""
     alphas = recipe.smoothing.alphas(recipe.weights)
     if len(alphas) == 1:
         return alphas[0], f"alpha {alphas[0]:g}"
     if not smoothing_scales(graph, absmax, AUTO_ALPHA):  # which tensors: the same for any alpha
         return AUTO_ALPHA, f"alpha {AUTO_ALPHA:g} (no outlier channels: nothing to choose)"
-    fp32_outputs = model_outputs(clean, held_out, threads)
     scores = {}
     for alpha in alphas:
         smoothed = graph.clone()
         scaling = _smooth(smoothed, absmax, alpha)
-        selection = select_nodes(
-            smoothed, recipe.overrides.fp32, recipe.activation_matmuls
-        ).without(scaling)
-        histograms = collect_histograms(
-            _for_ort(smoothed),
-            observed_tensors(smoothed, selection.int8),
-            source,
-            n_cal,
-            batch_size,
-            threads,
+        selection, histograms = _calibrated_selection(
+            smoothed, _for_ort(smoothed), recipe, {}, scaling, samples
         )
-        selection = selection.without(_beyond_uint8(smoothed, selection.int8, histograms))
         int8 = _lower_without_islands(smoothed, selection, histograms, recipe, {})[0]
-        scores[alpha] = min(sqnr_against(fp32_outputs, int8, held_out, threads).values())
+        scores[alpha] = min(sqnr_against(fp32_outputs, int8, held_out, samples.threads).values())
     best = max(scores, key=scores.get)
     measured = ", ".join(f"{a:g}: {db:.1f} dB" for a, db in scores.items())
     return (

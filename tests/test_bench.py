@@ -3,10 +3,14 @@
 import os
 import threading
 
+import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper
 
 from quantize.batcher import core_groups
-from quantize.bench import compare_per_core
+from quantize.bench import compare_per_core, glance_ms
+from quantize.kernel_timing import MIN_GAIN_MS
 
 
 def test_per_core_instances_run_at_once_each_pinned_to_its_own_core():
@@ -45,3 +49,18 @@ def test_an_instance_that_fails_raises_its_error_instead_of_leaving_the_others_w
     calls = [fail] + [lambda: None] * (cores - 1)
     with pytest.raises(ValueError, match="does not run"):
         compare_per_core({"m": calls}, batch=1, min_seconds=0.1)
+
+
+def _square_matmul(n: int) -> onnx.ModelProto:
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [n, n])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "x"], ["y"])], "m", [x], [y])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_a_glance_tells_a_node_of_microseconds_from_one_of_milliseconds():
+    tiny, large = (
+        glance_ms(_square_matmul(n), {"x": np.ones((n, n), np.float32)}, threads=1)
+        for n in (2, 384)
+    )
+    assert 0 < tiny < MIN_GAIN_MS < large

@@ -22,6 +22,13 @@ def timings(int8_ms: dict[str, list[float]]):
     return compare_sessions
 
 
+@pytest.fixture(autouse=True)
+def worth_timing(monkeypatch):
+    """Every node's INT8 model costs more than MIN_GAIN_MS at a glance, unless a test says
+    otherwise: the timings then come from each test's compare_sessions."""
+    monkeypatch.setattr(kernel_timing.bench, "glance_ms", lambda *_: 1.0)
+
+
 @pytest.fixture
 def net(tmp_path):
     onnx.save(conv_net(channels=8), str(tmp_path / "net.onnx"))
@@ -69,11 +76,30 @@ def test_nodes_are_timed_at_the_batch_the_model_will_be_served_at(net, monkeypat
     assert rows and set(rows) == {3}
 
 
+def test_a_node_that_costs_next_to_nothing_in_int8_keeps_int8_and_fp32_is_not_timed(
+    net, monkeypatch
+):
+    glanced = []
+
+    def glance_ms(model, feeds, threads):
+        glanced.append(next(n.op_type for n in model.graph.node if n.op_type in {"Conv", "Gemm"}))
+        return kernel_timing.MIN_GAIN_MS * 0.9 if glanced[-1] == "Conv" else 1.0
+
+    monkeypatch.setattr(kernel_timing.bench, "glance_ms", glance_ms)
+    monkeypatch.setattr(kernel_timing.bench, "compare_sessions", timings({"Gemm": [1.5, 1.5]}))
+    result = quantize(*net, Recipe())
+    decisions = {d.name: d for d in result.decisions}
+    assert sorted(glanced) == ["Conv", "Conv", "Gemm"]
+    assert decisions["conv1"].precision == decisions["conv2"].precision == "int8"
+    assert decisions["fc"].precision == "fp32"  # timed: the one node FP32 beats
+
+
 def test_nothing_is_timed_for_another_cpus_target_or_when_switched_off(net, monkeypatch):
     def refuse(*_):
         raise AssertionError("timed kernels for a target this CPU does not have")
 
     monkeypatch.setattr(kernel_timing.bench, "compare_sessions", refuse)
+    monkeypatch.setattr(kernel_timing.bench, "glance_ms", refuse)
     other = next(t for t in target.TARGETS if t != target.host_target())
     assert quantize(*net, Recipe(target=other)).recipe.target == other
     quantize(*net, Recipe(kernel_timing=False))
