@@ -32,7 +32,10 @@ def test_training_stops_on_its_budget_and_resumes_from_the_step_reached(tmp_path
         and np.isfinite([state["history"][0]["d_loss"], state["history"][0]["g_loss"]]).all()
     )
     first = (tmp_path / "generator.weights.h5").read_bytes()
-    train(recipe, out_dir=tmp_path, log=lambda *_: None)
+    resumed = []
+    train(recipe, out_dir=tmp_path, log=resumed.append)
+    assert resumed[0].startswith("training: step 2/3 (67 %), d_loss")  # the resumed run's first
+    assert resumed[-2].startswith("training: step 3/3 (100 %)")  # then the checkpoint's line
     state = json.loads((tmp_path / "state.json").read_text())
     assert state["step"] == 3 and [h["step"] for h in state["history"]] == [
         1,

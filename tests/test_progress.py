@@ -1,7 +1,8 @@
 import keras
 import numpy as np
 
-from models.progress import TrainingProgress
+from models import progress
+from models.fit_progress import TrainingProgress
 
 
 def test_training_reports_steps_with_an_eta_until_the_last():
@@ -21,3 +22,19 @@ def test_training_reports_steps_with_an_eta_until_the_last():
     assert lines[-1].startswith("training: step 6/6 (100 %)") and lines[-1].endswith(
         "about 0 min left"
     )
+
+
+def test_the_eta_counts_this_runs_own_pace_from_where_it_resumed(monkeypatch):
+    clock = iter([0.0, 60.0, 61.0, 120.0])
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: next(clock))
+    lines = []
+    line = progress.ProgressLine(8, lines.append, every_seconds=30, unit="epoch", decimals=2)
+    line.update(4.0, "loss 3.000")  # resumed half-way
+    line.update(5.0)
+    line.update(5.5)  # a second after the last line: silent
+    line.update(8.0)  # the end: always said
+    assert lines == [
+        "training: epoch 4.00/8.00 (50 %), loss 3.000, ETA unknown",
+        "training: epoch 5.00/8.00 (62 %), about 3 min left",
+        "training: epoch 8.00/8.00 (100 %), about 0 min left",
+    ]

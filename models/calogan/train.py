@@ -30,6 +30,7 @@ import numpy as np
 from models.calogan import LATENT
 from models.calogan.detector import sampling_fraction_fit
 from models.calogan.showers import write_showers
+from models.progress import ProgressLine
 from onnxio import write_text
 from physics_metrics.showerfile import open_showers
 from quantize.cache import cache_dir
@@ -156,6 +157,7 @@ def _train_steps(
 
     total, per_epoch = recipe.epochs * recipe.steps_per_epoch, recipe.steps_per_epoch
     losses, since = [], time.monotonic()
+    progress = ProgressLine(total, log)
     while True:
         epoch, index = divmod(state["step"], per_epoch)
         order = np.random.default_rng([recipe.seed, epoch]).permutation(len(showers))
@@ -172,6 +174,7 @@ def _train_steps(
             ]
         )
         state["step"] += 1
+        progress.update(state["step"], "d_loss {:.3f} g_loss {:.3f}".format(*losses[-1]))
         now = time.monotonic()
         finished = state["step"] >= total or now >= deadline
         if finished or index == per_epoch - 1 or now - since >= 60 * CHECKPOINT_MINUTES:

@@ -61,7 +61,7 @@ def build(recipe: TrainRecipe = TrainRecipe(), out_dir: Path | None = None, log=
         return out_dir
     import keras
 
-    from models.progress import TrainingProgress
+    from models.fit_progress import TrainingProgress
     from models.resnet50.network import resnet50
     from quantize.frontend.tensorflow import keras_to_onnx
 

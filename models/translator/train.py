@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from models.progress import ProgressLine
 from models.translator.corpus import Pair, build_corpus, read_split
 from models.translator.network import SMALL, Transformer, TranslatorConfig
 from models.translator.tokenizer import BOS, EOS, load_tokenizer, train_tokenizer
@@ -118,6 +119,7 @@ def train(
     lengths = [max(len(s), len(t)) for s, t in zip(sources, targets)]
     rng = np.random.default_rng(recipe.seed + state["epoch"])
     deadline, last_save = time.monotonic() + 60 * minutes, time.monotonic()
+    progress = ProgressLine(recipe.epochs, log, unit="epoch", decimals=2)
     while state["epoch"] < recipe.epochs and time.monotonic() < deadline:
         jittered = [n + rng.random() for n in lengths]  # a different packing every epoch
         batches = pack(jittered, recipe.token_budget, 512)
@@ -133,6 +135,10 @@ def train(
             )
             state["step"] += 1
             state["batch_in_epoch"] = state.get("batch_in_epoch", 0) + 1
+            progress.update(
+                state["epoch"] + state["batch_in_epoch"] / len(batches),
+                f"loss {np.mean(losses[-100:]):.3f}",
+            )
             if time.monotonic() - last_save > SAVE_EVERY_SECONDS or time.monotonic() > deadline:
                 _save(model, weights, state, state_path, log, np.mean(losses[-100:]))
                 last_save = time.monotonic()
