@@ -27,6 +27,7 @@ import sacrebleu
 from benchmarks.ct2_translator import CT2Translator, convert
 from benchmarks.results import for_this_cpu, sized, write_results
 from benchmarks.rivals import nncf_int8, ort_quantize_dynamic, ort_quantize_static
+from models.progress import ProgressLine
 from models.translator.build import calibration_sentences, map_graphs, quantize_translator
 from models.translator.corpus import build_corpus, read_split
 from models.translator.evaluate import calibration_feeds
@@ -98,6 +99,7 @@ def main() -> None:
     }
     settings_of = dict.fromkeys(variants, settings) | dict.fromkeys(CT2_COMPUTE_TYPES, ct2_settings)
     seconds = {(name, s): [] for name, options in settings_of.items() for s in options}
+    progress = ProgressLine(ROUNDS * len(seconds), unit="run", task="timing")
     translations = {}
     for _ in range(ROUNDS):
         for budget, streams, cap in settings:
@@ -107,6 +109,7 @@ def main() -> None:
                     english, batches, files, streams, RUNTIME.get(name, "onnxruntime")
                 )
                 seconds[(name, (budget, streams, cap))].append(elapsed)
+                progress.update(sum(map(len, seconds.values())))
         for budget, workers, _ in ct2_settings:
             for name in CT2_COMPUTE_TYPES:
                 start = time.perf_counter()
@@ -114,6 +117,7 @@ def main() -> None:
                     english, budget
                 )
                 seconds[(name, (budget, workers, None))].append(time.perf_counter() - start)
+                progress.update(sum(map(len, seconds.values())))
     per_s = {key: len(english) / statistics.median(s) for key, s in seconds.items()}
     best = {
         name: max(options, key=lambda s: per_s[(name, s)]) for name, options in settings_of.items()

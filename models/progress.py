@@ -1,6 +1,7 @@
-"""A progress line with an ETA for long training runs, every `every_seconds` and at the end:
-Keras' verbose=2 prints once an epoch, and an epoch can take half an hour on 2 cores. (Keras'
-`fit` takes it as `models.fit_progress.TrainingProgress`; this module does not import Keras.)"""
+"""A progress line with an ETA for long runs (training, a benchmark's timing), every
+`every_seconds` and at the end: Keras' verbose=2 prints once an epoch, and an epoch can take half
+an hour on 2 cores. (Keras' `fit` takes it as `models.fit_progress.TrainingProgress`; this module
+does not import Keras.)"""
 
 import time
 
@@ -16,9 +17,10 @@ class ProgressLine:
         every_seconds: float = 30.0,
         unit: str = "step",
         decimals: int = 0,
+        task: str = "training",
     ):
         self.total, self.log, self.every = total, log, every_seconds
-        self.unit, self.decimals = unit, decimals
+        self.unit, self.decimals, self.task = unit, decimals, task
         self.first: tuple[float, float] | None = None  # (done, time) at the first update
         self.last = 0.0
 
@@ -35,6 +37,6 @@ class ProgressLine:
         )
         count = f"{done:.{self.decimals}f}/{self.total:.{self.decimals}f}"
         self.log(
-            f"training: {self.unit} {count} ({100 * done / self.total:.0f} %)"
+            f"{self.task}: {self.unit} {count} ({100 * done / self.total:.0f} %)"
             f"{', ' + detail if detail else ''}, {left}"
         )

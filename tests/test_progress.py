@@ -38,3 +38,9 @@ def test_the_eta_counts_this_runs_own_pace_from_where_it_resumed(monkeypatch):
         "training: epoch 5.00/8.00 (62 %), about 3 min left",
         "training: epoch 8.00/8.00 (100 %), about 0 min left",
     ]
+
+
+def test_a_benchmark_names_its_own_task_and_unit():
+    lines = []
+    progress.ProgressLine(3, lines.append, unit="run", task="timing").update(1)
+    assert lines == ["timing: run 1/3 (33 %), ETA unknown"]
