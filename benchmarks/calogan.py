@@ -33,6 +33,7 @@ from benchmarks.rivals import (
     nncf_int8,
     ort_quantize_static,
     quark_int8,
+    require_quark,
     tflite_full_int8,
 )
 from models.calogan import LATENT
@@ -95,6 +96,7 @@ UNTIMED = "tflite_int8"
 
 def main() -> None:
     stem = for_this_cpu("calogan")
+    require_quark()
     model, weights = trained_generator()
     fp32 = keras_to_onnx(model)
     calib = latents(np.random.default_rng(1).uniform(10, 500, 512), seed=2)

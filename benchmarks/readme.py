@@ -195,7 +195,14 @@ def _translator(stems: list[str]) -> str:
         f"batching ({_sources(runs)}):"
     )
     columns = ["sentences/s", "x FP32 after clean-up", "x FP32 as exported", "BLEU"]
-    return title + "\n\n" + _across_targets(runs, names, columns, cells, bold="ours")
+    table = _across_targets(runs, names, columns, cells, bold="ours")
+    if len({d["bleu"]["fp32"] for d in runs.values()}) == 1:
+        return title + "\n\n" + table
+    return (
+        f"{title}\n\n{table}\n\nEach machine trained its own translator "
+        "(`python -m models.translator build`), so FP32's BLEU differs from machine to machine: "
+        "compare BLEU within one machine's columns."
+    )
 
 
 def _translator_targets(d: dict) -> str:

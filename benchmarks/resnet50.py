@@ -26,6 +26,7 @@ from benchmarks.rivals import (
     nncf_int8,
     ort_quantize_static,
     quark_int8,
+    require_quark,
     tflite_full_int8,
 )
 from calibration import METHODS
@@ -62,6 +63,7 @@ def main() -> None:
         help="minimum timing per model and speed setting",
     )
     args = parser.parse_args()
+    require_quark()
     cache = build(sized(TrainRecipe(), DEMO))
     fp32 = onnx.load(str(cache / "resnet50.onnx"))
     calib = np.load(cache / "calib.npz")["image"]

@@ -184,13 +184,19 @@ def _samples(calib: np.ndarray | dict[str, np.ndarray]) -> list:
 QUARK_PYTHON = Path(os.environ.get("QUARK_PYTHON", ".venv-quark/bin/python"))
 
 
+def require_quark() -> None:
+    """Exit with a one-line error unless AMD Quark's virtualenv is there: a benchmark calls it
+    as it starts, not after the hour of work that comes before its Quark rows."""
+    if not QUARK_PYTHON.exists():
+        raise SystemExit(
+            f"AMD Quark is not installed: no {QUARK_PYTHON} (run: make .venv-quark/.installed)"
+        )
+
+
 def quark_int8(fp32_path: Path, calib: np.ndarray, input_name: str) -> onnx.ModelProto:
     """AMD Quark's ONNX PTQ (benchmarks/quark_child.py: U8S8_AAWS, per-channel, cross-layer
     equalization; 7-bit weights where this CPU saturates), in Quark's own virtualenv."""
-    if not QUARK_PYTHON.exists():
-        raise RuntimeError(
-            f"AMD Quark is not installed: no {QUARK_PYTHON} (run: make .venv-quark/.installed)"
-        )
+    require_quark()
     with tempfile.TemporaryDirectory() as tmp:
         calib_path, out = Path(tmp) / "calib.npz", Path(tmp) / "quark.onnx"
         np.savez(calib_path, calib)

@@ -59,3 +59,20 @@ def test_a_quick_benchmark_run_writes_beside_the_results_never_over_them(monkeyp
     finally:
         importlib.reload(results)
     assert results.RESULTS == full
+
+
+def test_the_translator_table_warns_only_when_the_machines_translators_differ(
+    tmp_path, monkeypatch
+):
+    stems = ["translator_avx2", "translator_vnni"]
+    for stem in stems:
+        (tmp_path / f"{stem}.json").write_text((readme.RESULTS / f"{stem}.json").read_text())
+    monkeypatch.setattr(readme, "RESULTS", tmp_path)
+    note = "Each machine trained its own translator"
+    bleu = {stem: json.loads((tmp_path / f"{stem}.json").read_text())["bleu"] for stem in stems}
+    assert bleu["translator_avx2"]["fp32"] != bleu["translator_vnni"]["fp32"]
+    assert note in readme._translator(stems)
+    data = json.loads((tmp_path / "translator_vnni.json").read_text())
+    data["bleu"]["fp32"] = bleu["translator_avx2"]["fp32"]
+    (tmp_path / "translator_vnni.json").write_text(json.dumps(data))
+    assert note not in readme._translator(stems)
