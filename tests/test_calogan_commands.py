@@ -40,6 +40,11 @@ def test_train_quantize_generate_compare(tmp_path):
     assert run.returncode == 0, run.stderr
     manifest = json.loads((cache / "calogan" / "int8" / "ranges.json").read_text())
     assert manifest["edges_gev"] == pytest.approx([10.0, 500**0.5 * 10**0.5, 500.0])
+    checks = manifest["speed_checks"]  # timed here: INT8 kept, or FP32 with a warning
+    assert len(checks) == 2 and all("x the FP32 graph's speed" in c for c in checks)
+    assert run.stderr.count("models.calogan: warning: ") == sum(
+        c.endswith("stays FP32") for c in checks
+    )
     for flags, name in (([], "fp32.h5"), (["--int8", cache / "calogan" / "int8"], "int8.h5")):
         run = _run(
             "models.calogan",

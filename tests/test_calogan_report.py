@@ -11,12 +11,13 @@ import onnx_ir as ir
 import pytest
 
 from models.calogan.evaluate import PhysicsEvaluator  # noqa: E402
-from models.calogan.generate import latents, onnx_source  # noqa: E402
+from models.calogan.generate import EnergyRangeModels, latents, onnx_source  # noqa: E402
 from models.calogan.network import generator  # noqa: E402
 from models.calogan.train import CELL_SCALE  # noqa: E402
 from physics_metrics.features import HIT_THRESHOLD_GEV  # noqa: E402
 from quantize import Recipe, RunOptions, quantize, report  # noqa: E402
 from quantize.frontend.tensorflow import keras_to_onnx  # noqa: E402
+from quantize.pipeline import WHOLE_FP32  # noqa: E402
 
 
 def test_report_has_the_physics_section_with_a_rival_beside_ours(tmp_path):
@@ -82,6 +83,40 @@ def test_energy_range_models_route_each_shower_to_the_model_of_its_range(tmp_pat
     )
 
 
+def test_a_range_whose_corrected_int8_times_slower_than_fp32_keeps_fp32_and_says_why(
+    tmp_path, monkeypatch
+):
+    import quantize.pipeline
+    from models.calogan.generate import energy_edges, quantize_by_energy
+
+    timed = []
+
+    def int8_slower(result, models, seconds):  # what this machine measures is not the point
+        timed.append(models["int8"])
+        return {"fp32": 10.0, "int8": 20.0}
+
+    monkeypatch.setattr(quantize.pipeline, "latencies_ms", int8_slower)
+    keras.utils.set_random_seed(0)
+    fp32 = keras_to_onnx(generator())
+    onnx.save(fp32, tmp_path / "g.onnx")
+    ranges = quantize_by_energy(
+        tmp_path / "g.onnx", energy_edges(1, 50.0, 100.0), samples=64, speed_check=True
+    )
+    assert any(n.name.startswith("cell_map_") for n in timed[0].graph.node)  # timed corrected
+    (check,) = ranges.speed_checks
+    assert "INT8 0.50x the FP32 graph's speed" in check and check.endswith(WHOLE_FP32)
+    (model,) = ranges.models
+    assert not any(
+        n.op_type == "QuantizeLinear" or n.name.startswith("cell_map_") for n in model.graph.node
+    )
+    z = latents(np.full(8, 70.0), seed=4)
+    np.testing.assert_allclose(
+        onnx_source(model)(z, None), onnx_source(fp32)(z, None), rtol=1e-4, atol=1e-6
+    )
+    ranges.save(tmp_path / "int8")
+    assert EnergyRangeModels.load(tmp_path / "int8").speed_checks == [check]
+
+
 @pytest.fixture(scope="module")
 def generator_and_int8(tmp_path_factory):
     """A random-weight generator, its INT8 model (output convolution in FP32) and the latents of both."""
@@ -142,6 +177,24 @@ def test_the_cell_correction_restores_fp32s_energy_from_an_excess_or_a_deficit_a
             for energy in (showers(model, unseen).sum(), corrected_unseen.sum())
         )  # beyond its latents
         assert abs(after) < 0.2 * abs(before)
+        assert _largest_correction_tensor(corrected) <= _halo_bound(maps)
+
+
+def _halo_bound(maps) -> int:
+    """Values a shower that a correction evaluating its extra knots on the halo only holds at most:
+    2 maps x every cell for the first knot, 2 maps x the other knots x the halo cells."""
+    extra = np.any(maps.slopes[:, 1:] != 0, axis=(0, 1))
+    return 2 * max(extra.size, (maps.slopes.shape[1] - 1) * int(extra.sum()))
+
+
+def _largest_correction_tensor(model) -> int:
+    """The most values a shower that one tensor of the cell correction holds (batch dims as 1)."""
+    inferred = onnx.shape_inference.infer_shapes(model)
+    return max(
+        int(np.prod([d.dim_value or 1 for d in v.type.tensor_type.shape.dim]))
+        for v in inferred.graph.value_info
+        if v.name.startswith("cell_map_")
+    )
 
 
 def test_halo_cells_get_the_hits_of_fp32_that_a_bias_alone_would_lose_and_the_core_keeps_its_mean():

@@ -56,7 +56,9 @@ def main() -> int:
         "--batch", type=int, default=TrainRecipe.batch, help="default %(default)s (published)"
     )
     q = sub.add_parser(
-        "quantize", help="INT8 generators, one per primary-energy range, from the cached training"
+        "quantize",
+        help="INT8 generators, one per primary-energy range, from the cached training (a range "
+        "whose INT8 is not faster than FP32 on this CPU keeps FP32, with a warning)",
     )
     q.add_argument(
         "--ranges",
@@ -180,6 +182,7 @@ def _fp32_onnx() -> Path:
 
 def _quantize(args) -> int:
     from models.calogan.generate import energy_edges, quantize_by_energy
+    from quantize.pipeline import WHOLE_FP32
 
     if args.ranges < 1 or args.samples < 64:
         print(
@@ -194,7 +197,14 @@ def _quantize(args) -> int:
         samples=args.samples,
         runtime=args.runtime,
         target=args.target,
+        speed_check=True,
     )
+    for low, high, check in zip(models.edges, models.edges[1:], models.speed_checks):
+        if check.endswith(WHOLE_FP32):
+            print(
+                f"python -m models.calogan: warning: {low:.0f}-{high:.0f} GeV: {check}",
+                file=sys.stderr,
+            )
     models.save(out)
     edges = ", ".join(f"{e:.0f}" for e in models.edges)
     print(f"wrote {len(models.models)} INT8 generators to {out} (energy edges {edges} GeV)")

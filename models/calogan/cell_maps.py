@@ -74,9 +74,8 @@ class CellMaps:
         return corrected
 
     def _blend_steps(self, latent: str):
-        """Constants and nodes computing `blend` of each latent as weights [1 - w, w] of shape (2, N, 1...)."""
+        """Constants and nodes computing `blend` of each latent as weights [1 - w, w] of shape (2, N, 1)."""
         low, high = self.log_norms
-        ones = [1] * len(self.cell_shape)
         constants = {
             "cell_map_latent_axis": np.array([1], np.int64),
             "cell_map_norm_scale": np.array(
@@ -85,9 +84,9 @@ class CellMaps:
             "cell_map_norm_offset": np.array(low / (high - low), np.float32),
             "cell_map_blend_min": np.array(BLEND_LIMITS[0], np.float32),
             "cell_map_blend_max": np.array(BLEND_LIMITS[1], np.float32),
-            "cell_map_blend_shape": np.array([1, -1, *ones], np.int64),
-            "cell_map_blend_sign": np.array([-1, 1], np.float32).reshape(2, 1, *ones),
-            "cell_map_blend_base": np.array([1, 0], np.float32).reshape(2, 1, *ones),
+            "cell_map_blend_shape": np.array([1, -1, 1], np.int64),
+            "cell_map_blend_sign": np.array([-1, 1], np.float32).reshape(2, 1, 1),
+            "cell_map_blend_base": np.array([1, 0], np.float32).reshape(2, 1, 1),
         }
         make = onnx.helper.make_node
         return constants, [
@@ -120,37 +119,88 @@ class CellMaps:
         ]
 
     def _map_steps(self, cells: str, output: str):
-        """Constants and nodes computing both maps at once, (2, K, N, cells...) summed over the
-        knots, weighted by the blend, summed, and held at 0 where the blend extrapolates."""
-
-        def stacked(values):  # (2, K, 1, *cell_shape): the batch broadcasts at axis 2
-            return values.reshape(*values.shape[:2], 1, *self.cell_shape).astype(np.float32)
-
+        """Constants and nodes computing both maps, weighted by the blend and summed, on the
+        cells flattened to (N, cells): the first knot's term on every cell, the other knots'
+        on the halo cells only (the rest have none) and added in place, then held at 0 where
+        the blend extrapolates. Every knot on every cell cost the INT8 generator 15 % of its
+        time (ad hoc, AVX2); the halo is about a quarter of the cells."""
+        halo = np.flatnonzero(np.any(self.slopes[:, 1:] != 0, axis=(0, 1)))
         constants = {
-            "cell_map_knots": stacked(self.knots),
-            "cell_map_slopes": stacked(self.slopes),
+            "cell_map_flat_shape": np.array([-1, self.knots.shape[2]], np.int64),
+            "cell_map_cell_shape": np.array([-1, *self.cell_shape], np.int64),
+            # (2, 1, cells) and (2, K - 1, 1, halo): the batch broadcasts at axis 1 and 2
+            "cell_map_first_knots": self.knots[:, :1].astype(np.float32),
+            "cell_map_first_slopes": self.slopes[:, :1].astype(np.float32),
+            "cell_map_halo_index": halo,
+            "cell_map_halo_knots": self.knots[:, 1:, None, halo].astype(np.float32),
+            "cell_map_halo_slopes": self.slopes[:, 1:, None, halo].astype(np.float32),
             "cell_map_knot_axis": np.array([1], np.int64),
             "cell_map_which_axis": np.array([0], np.int64),
         }
         make = onnx.helper.make_node
-        return constants, [
-            make("Sub", [cells, "cell_map_knots"], ["cell_map_offsets"]),
-            make("Relu", ["cell_map_offsets"], ["cell_map_ramps"]),
-            make("Mul", ["cell_map_ramps", "cell_map_slopes"], ["cell_map_terms"]),
-            make(
-                "ReduceSum",
-                ["cell_map_terms", "cell_map_knot_axis"],
-                ["cell_map_values"],
-                keepdims=0,
-            ),
-            make("Mul", ["cell_map_values", "cell_map_weights"], ["cell_map_weighted"]),
-            make(
-                "ReduceSum",
-                ["cell_map_weighted", "cell_map_which_axis"],
-                ["cell_map_blended"],
-                keepdims=0,
-            ),
-            make("Relu", ["cell_map_blended"], [output]),
+
+        def terms(inputs: str, part: str) -> list:  # slope x ReLU(x - knot), both maps
+            return [
+                make("Sub", [inputs, f"cell_map_{part}_knots"], [f"cell_map_{part}_offsets"]),
+                make("Relu", [f"cell_map_{part}_offsets"], [f"cell_map_{part}_ramps"]),
+                make(
+                    "Mul",
+                    [f"cell_map_{part}_ramps", f"cell_map_{part}_slopes"],
+                    [f"cell_map_{part}_terms"],
+                ),
+            ]
+
+        def blended(values: str, part: str) -> list:  # (2, N, c) -> (N, c)
+            return [
+                make("Mul", [values, "cell_map_weights"], [f"cell_map_{part}_weighted"]),
+                make(
+                    "ReduceSum",
+                    [f"cell_map_{part}_weighted", "cell_map_which_axis"],
+                    [f"cell_map_{part}_blended"],
+                    keepdims=0,
+                ),
+            ]
+
+        steps = [
+            make("Reshape", [cells, "cell_map_flat_shape"], ["cell_map_flat"]),
+            *terms("cell_map_flat", "first"),
+            *blended("cell_map_first_terms", "first"),
+        ]
+        mapped = "cell_map_first_blended"
+        if halo.size:
+            steps += [
+                make(
+                    "Gather",
+                    ["cell_map_flat", "cell_map_halo_index"],
+                    ["cell_map_halo_cells"],
+                    axis=1,
+                ),
+                *terms("cell_map_halo_cells", "halo"),
+                make(
+                    "ReduceSum",
+                    ["cell_map_halo_terms", "cell_map_knot_axis"],
+                    ["cell_map_halo_values"],
+                    keepdims=0,
+                ),
+                *blended("cell_map_halo_values", "halo"),
+                make("Shape", ["cell_map_halo_blended"], ["cell_map_halo_shape"]),
+                make(
+                    "Expand",
+                    ["cell_map_halo_index", "cell_map_halo_shape"],
+                    ["cell_map_halo_columns"],
+                ),
+                make(
+                    "ScatterElements",
+                    [mapped, "cell_map_halo_columns", "cell_map_halo_blended"],
+                    ["cell_map_mapped"],
+                    axis=1,
+                    reduction="add",
+                ),
+            ]
+            mapped = "cell_map_mapped"
+        return constants, steps + [
+            make("Reshape", [mapped, "cell_map_cell_shape"], ["cell_map_cells"]),
+            make("Relu", ["cell_map_cells"], [output]),
         ]
 
 
