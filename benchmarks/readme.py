@@ -32,6 +32,7 @@ def render() -> str:
             _translator(_per_target("translator")),
             _translator_targets(_load("translator_targets")),
             _calogan(_per_target("calogan")),
+            *(_calogan_ranges(stem, _load(stem)) for stem in _per_target("calogan_ranges")),
             _calogan_targets(_load("calogan_targets")),
             _scale_out(_load("scale_out")),
             *zoo,
@@ -90,7 +91,7 @@ def _across_targets(
 
 
 def _table(header: list[str], rows: list[list[str]], bold: int) -> str:
-    """A Markdown table; row `bold` (ours) in bold."""
+    """A Markdown table; row `bold` (ours; -1: none) in bold."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for i, row in enumerate(rows):
         cells = [f"**{c}**" if i == bold and c else c for c in row]
@@ -196,13 +197,14 @@ def _translator(stems: list[str]) -> str:
     )
     columns = ["sentences/s", "x FP32 after clean-up", "x FP32 as exported", "BLEU"]
     table = _across_targets(runs, names, columns, cells, bold="ours")
-    if len({d["bleu"]["fp32"] for d in runs.values()}) == 1:
-        return title + "\n\n" + table
-    return (
-        f"{title}\n\n{table}\n\nEach machine trained its own translator "
-        "(`python -m models.translator build`), so FP32's BLEU differs from machine to machine: "
-        "compare BLEU within one machine's columns."
+    one_translator = len({d["bleu"]["fp32"] for d in runs.values()}) == 1
+    note = (
+        ""
+        if one_translator
+        else "\n\nEach machine trained its own translator (`python -m models.translator build`), "
+        "so FP32's BLEU differs from machine to machine: compare BLEU within one machine's columns."
     )
+    return f"{title}\n\n{table}{note}"
 
 
 def _translator_targets(d: dict) -> str:
@@ -280,6 +282,40 @@ def _calogan(stems: list[str]) -> str:
         "max SF shift",
     ]
     return title + "\n\n" + _across_targets(runs, labels, columns, cells, bold="int8")
+
+
+def _calogan_ranges(stem: str, d: dict) -> str:
+    from benchmarks.calogan_ranges import verdict
+
+    rows = [
+        [
+            "{:.0f}-{:.0f}".format(*r["energy_gev"]),
+            *(
+                f"{r['throughput'][name]:.1f} ({r['over_fp32_cleaned'][name]:.2f}x)"
+                for name in d["labels"]
+            ),
+            verdict(r["speed_check"]),
+        ]
+        for r in d["ranges"]
+    ]
+    title = (
+        f"**3DGAN INT8 by energy range against FP32, every range** (`{d['command']}`, `{stem}.md`; "
+        f"{_where(d)}; batch {d['batch']} at each range's middle energy; showers/s, x the FP32 "
+        "graph after clean-up):"
+    )
+    header = ["range (GeV)", *d["labels"].values(), "speed check when made"]
+    fp32_kept = [
+        r["over_fp32_cleaned"]["shipped"]
+        for r in d["ranges"]
+        if "FP32 kept" in verdict(r["speed_check"])
+    ]
+    spread = (
+        f"\n\nWhere FP32 was kept, the shipped model is the baseline's graph: its ratios "
+        f"({min(fp32_kept):.2f}x-{max(fp32_kept):.2f}x) are this run's timing spread."
+        if fp32_kept
+        else ""
+    )
+    return f"{title}\n\n{_table(header, rows, bold=-1)}{spread}"
 
 
 def _scale_out(d: dict) -> str:
