@@ -5,8 +5,8 @@ range's middle energy, 2 threads, in ONNX Runtime, interleaved in one run.
 Columns per range: the INT8 model as calibrated, its output cells uncorrected; and what `python -m
 models.calogan quantize` ships: the same with its cells corrected (the final ReLU replaced by the
 cell maps of models/calogan/cell_maps.py), timed against FP32 as it is made and FP32 where INT8
-was not 5 % faster (the speed check's verdict and measure are recorded). `benchmarks.calogan` times the 250 GeV range's
-model only, beside the rivals and the physics; this shows every range.
+was not 5 % faster (the speed check's verdict and measure are recorded). `benchmarks.calogan`
+times the 250 GeV range's model only, beside the rivals and the physics; this shows every range.
 
 Writes benchmarks/results/calogan_ranges_TARGET.{json,md} (TARGET: this CPU's INT8 path).
 """

@@ -131,11 +131,13 @@ class CellMaps:
             # (2, 1, cells) and (2, K - 1, 1, halo): the batch broadcasts at axis 1 and 2
             "cell_map_first_knots": self.knots[:, :1].astype(np.float32),
             "cell_map_first_slopes": self.slopes[:, :1].astype(np.float32),
+            "cell_map_which_axis": np.array([0], np.int64),
+        }
+        halo_constants = {
             "cell_map_halo_index": halo,
             "cell_map_halo_knots": self.knots[:, 1:, None, halo].astype(np.float32),
             "cell_map_halo_slopes": self.slopes[:, 1:, None, halo].astype(np.float32),
             "cell_map_knot_axis": np.array([1], np.int64),
-            "cell_map_which_axis": np.array([0], np.int64),
         }
         make = onnx.helper.make_node
 
@@ -168,6 +170,7 @@ class CellMaps:
         ]
         mapped = "cell_map_first_blended"
         if halo.size:
+            constants |= halo_constants
             steps += [
                 make(
                     "Gather",
