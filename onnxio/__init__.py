@@ -5,15 +5,15 @@ and plain ONNX Runtime CPU sessions. A leaf: `calibration`, `quantize`, `models`
 
 from onnxio.errors import InputError
 from onnxio.files import atomic_path, is_large, save_model, write_text
-from onnxio.session import ObservingSession, cpu_session, with_outputs
+from onnxio.session import ObservingSession, computing_only, cpu_session
 
 __all__ = [
     "InputError",
     "ObservingSession",
     "atomic_path",
+    "computing_only",
     "cpu_session",
     "is_large",
     "save_model",
-    "with_outputs",
     "write_text",
 ]

@@ -79,6 +79,44 @@ def with_outputs(
     return exposed
 
 
+def computing_only(
+    model: onnx.ModelProto, names: list[str], elem_type: int = onnx.TensorProto.FLOAT
+) -> onnx.ModelProto:
+    """A copy of `model` whose only outputs are the tensors `names`, all of `elem_type`, without
+    the nodes and constants they do not need: ONNX Runtime runs every node of a graph whatever a
+    run fetches. Its inputs stay (the same feeds run it). A graph with subgraphs (If, Loop,
+    Scan), or a name no node makes, gets `names` added to its outputs instead (`with_outputs`)."""
+    producers = {out: node for node in model.graph.node for out in node.output}
+    has_subgraphs = any(
+        a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
+        for node in model.graph.node
+        for a in node.attribute
+    )
+    if has_subgraphs or not all(n in producers for n in names):
+        return with_outputs(model, names, elem_type)
+    needed, pending = set(), list(names)
+    while pending:
+        node = producers.get(pending.pop())
+        if node is not None and id(node) not in needed:
+            needed.add(id(node))
+            pending.extend(i for i in node.input if i)
+    nodes = [n for n in model.graph.node if id(n) in needed]
+    used = {i for n in nodes for i in n.input}
+    pruned = onnx.ModelProto()
+    pruned.CopyFrom(model)
+    del pruned.graph.node[:], pruned.graph.output[:]
+    pruned.graph.node.extend(nodes)
+    pruned.graph.output.extend(
+        onnx.helper.make_tensor_value_info(n, elem_type, None) for n in dict.fromkeys(names)
+    )
+    made = used | {o for n in nodes for o in n.output}
+    for field in (pruned.graph.initializer, pruned.graph.value_info):
+        kept = [t for t in field if t.name in made]
+        del field[:]
+        field.extend(kept)
+    return pruned
+
+
 FETCH_BUDGET = 1 << 30  # bytes of intermediate tensors one ORT run of an ObservingSession may hold
 _PROBE_GROUP = 32  # tensors fetched per run while their sizes are still unknown
 

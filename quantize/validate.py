@@ -4,7 +4,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from onnxio import with_outputs
+from onnxio import computing_only
 from quantize.runtime import session
 
 LAYER_SAMPLES = 4  # per-layer SQNR reads every activation at once: few samples, in groups
@@ -138,7 +138,7 @@ def layer_sqnr(
         group = dict(items[start : start + LAYER_GROUP])
         quantized = [q.output[0] for q in group.values()]
         ref = run_with_outputs(fp32, list(group), batch, threads)
-        got = session(with_outputs(int8, quantized, onnx.TensorProto.UINT8), threads).run(
+        got = session(computing_only(int8, quantized, onnx.TensorProto.UINT8), threads).run(
             quantized, batch
         )
         for (name, q), r, g in zip(group.items(), ref, got):
@@ -160,4 +160,5 @@ def first_samples(model: onnx.ModelProto, batch: dict, n: int) -> dict:
 def run_with_outputs(
     model: onnx.ModelProto, names: list[str], batch: dict, threads: int
 ) -> list[np.ndarray]:
-    return session(with_outputs(model, names), threads).run(names, batch)
+    """The tensors `names` of `model` on `batch`, computing only the nodes they need."""
+    return session(computing_only(model, names), threads).run(names, batch)
