@@ -3,7 +3,8 @@
 It covers [-limit, limit] with `bins` equal bins. When a value falls outside, the limit
 doubles and adjacent bin pairs merge: the new bin edges are a subset of the old ones, so the
 counts stay exact (no re-binning by interpolation). Memory is `bins` int64 counters per tensor
-whatever the number of samples.
+whatever the number of samples, and binning works through a tensor `CHUNK` values at a time,
+so that its scratch arrays stay in cache and no larger than a few MB whatever the tensor.
 
 Values beyond +-BEYOND_LIMIT, and non-finite ones, are counted apart in `beyond` instead of
 binned: an attention mask's `finfo(float32).min` would double the limit to infinity. No uint8
@@ -14,6 +15,7 @@ import numpy as np
 
 DEFAULT_BINS = 8192
 BEYOND_LIMIT = 1e30
+CHUNK = 1 << 18
 
 
 class StreamingHistogram:
@@ -50,13 +52,15 @@ class StreamingHistogram:
                 return
             lo, hi = float(flat.min()), float(flat.max())
         self.min, self.max = min(self.min, lo), max(self.max, hi)
-        self.zeros += int(np.count_nonzero(flat == 0))
         peak = max(abs(lo), abs(hi))
         if self.limit == 0.0:
             self.limit = peak if peak > 0 else 1e-8
         while peak > self.limit:
             self._double()
-        self.counts += self._bin_counts(flat)
+        for start in range(0, flat.size, CHUNK):
+            chunk = flat[start : start + CHUNK]
+            self.zeros += int(np.count_nonzero(chunk == 0))
+            self.counts += self._bin_counts(chunk)
 
     def _bin_counts(self, flat: np.ndarray) -> np.ndarray:
         """Counts of `flat` (within +-limit) per bin. Written as x * (bins/2)/limit + bins/2, 0

@@ -1,6 +1,8 @@
+import tracemalloc
+
 import numpy as np
 
-from calibration import StreamingHistogram
+from calibration import StreamingHistogram, histogram
 
 
 def test_counts_stay_exact_while_the_range_doubles():
@@ -46,3 +48,31 @@ def test_the_range_ends_land_in_the_end_bins_and_non_finite_values_are_counted_a
         assert h.limit == np.float32(limit) and h.total == 3 and h.beyond == 3, limit
         assert h.counts[0] == h.counts[-1] == h.counts[32] == 1 and h.zeros == 1, limit
         assert (h.min, h.max) == (np.float32(-2e30), np.float32(limit)), limit
+
+
+def test_a_tensor_is_binned_chunk_by_chunk_with_the_counts_of_one_pass(monkeypatch):
+    values = np.random.default_rng(3).normal(0, 2.0, 5500).astype(np.float32)
+    values[::7] = 0.0
+    whole = StreamingHistogram(bins=256)
+    whole.update(values)
+    monkeypatch.setattr(histogram, "CHUNK", 1000)
+    chunked = StreamingHistogram(bins=256)
+    chunked.update(values)
+    assert np.array_equal(chunked.counts, whole.counts) and chunked.total == values.size
+    assert (chunked.zeros, chunked.min, chunked.max, chunked.limit) == (
+        whole.zeros,
+        whole.min,
+        whole.max,
+        whole.limit,
+    )
+
+
+def test_binning_a_large_tensor_needs_scratch_of_a_few_chunks_not_of_the_tensor():
+    values = np.random.default_rng(4).normal(0, 1.0, 8 * histogram.CHUNK).astype(np.float32)
+    h = StreamingHistogram()
+    tracemalloc.start()
+    h.update(values)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    # One pass over the whole tensor would hold 13 bytes a value: 104 bytes per CHUNK value here.
+    assert peak < 32 * histogram.CHUNK, peak
