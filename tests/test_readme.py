@@ -76,3 +76,16 @@ def test_the_translator_table_warns_only_when_the_machines_translators_differ(
     data["bleu"]["fp32"] = bleu["translator_avx2"]["fp32"]
     (tmp_path / "translator_vnni.json").write_text(json.dumps(data))
     assert note not in readme._translator(stems)
+
+
+def test_the_zoo_summary_has_a_row_per_model_and_target_with_each_rivals_fidelity_beside_it():
+    stems = readme._per_target("zoo")
+    summary = readme._zoo(stems)
+    rows = [line for line in summary.splitlines() if line.startswith("| ") and "---" not in line]
+    runs = {stem: json.loads((readme.RESULTS / f"{stem}.json").read_text()) for stem in stems}
+    assert len(rows) - 1 == sum(len(d["models"]) for d in runs.values())
+    record = runs[stems[0]]["models"][0]
+    static = record["fidelity_detail"]["ort_static"]["value"]
+    expected = f"{record['int8_over_ort_static']:.2f}x ({static:.4f})"
+    row = next(r for r in rows if r.startswith(f"| {record['name']} | {stems[0][4:].upper()} |"))
+    assert expected in row

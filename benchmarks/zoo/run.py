@@ -243,27 +243,32 @@ def _error_line(exc: Exception) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}"[:200]
 
 
+def ratio(value) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def rival_fidelity(record: dict, name: str) -> str:
+    """A rival's fidelity, or how it failed ("does not run: InvalidGraph"; the JSON has it all)."""
+    detail = record.get("fidelity_detail", {}).get(name)
+    if detail:
+        return f"{detail['value']:.4f}"
+    status = record.get("rivals", {}).get(name, {}).get("status", "-")
+    return ":".join(status.split(":")[:2])
+
+
+def over_fp32_cleaned(record: dict) -> str:
+    # the speed check's whole-FP32 model is the cleaned graph itself: its ratio is timing noise
+    kept = WHOLE_FP32 in record.get("speed_check", "")
+    return ratio(record["int8_over_fp32_cleaned"]) + (" (FP32 kept: same graph)" if kept else "")
+
+
+def fidelity_verdict(record: dict) -> str:
+    value = "-" if record["fidelity"] is None else f"{record['fidelity']:.4f}"
+    return f"{value} {'meets' if record['meets_fidelity'] else 'misses'}"
+
+
 def table(records: list[dict]) -> str:
     """The results as a Markdown table, a row per model."""
-
-    def ratio(value):
-        return "-" if value is None else f"{value:.2f}x"
-
-    def rival_fidelity(r, name):
-        detail = r.get("fidelity_detail", {}).get(name)
-        if detail:
-            return f"{detail['value']:.4f}"
-        status = r.get("rivals", {}).get(name, {}).get("status", "-")
-        return ":".join(status.split(":")[:2])  # "does not run: InvalidGraph"; the JSON has it all
-
-    def over_fp32_cleaned(r):
-        # the speed check's whole-FP32 model is the cleaned graph itself: its ratio is timing noise
-        kept = WHOLE_FP32 in r.get("speed_check", "")
-        return ratio(r["int8_over_fp32_cleaned"]) + (" (FP32 kept: same graph)" if kept else "")
-
-    def fidelity(r):
-        value = "-" if r["fidelity"] is None else f"{r['fidelity']:.4f}"
-        return f"{value} {'meets' if r['meets_fidelity'] else 'misses'}"
 
     def seconds(r):  # to quantize; ours is the CLI's wall time, process start included
         taken = r.get("quantize_seconds")
@@ -278,7 +283,7 @@ def table(records: list[dict]) -> str:
 
     rows = [
         f"| {r['name']} | {r['exporter']} | {r['opset']} | {r['status']} | {r.get('preset', '-')} "
-        f"| {r.get('weights', '-')} | {fidelity(r)} "
+        f"| {r.get('weights', '-')} | {fidelity_verdict(r)} "
         f"| {r['fidelity_target']} | {shifted(r)} | {over_fp32_cleaned(r)} "
         f"| {ratio(r.get('per_core', {}).get('int8_over_fp32_cleaned'))} "
         f"| {ratio(r.get('int8_over_fp32'))} "
