@@ -36,6 +36,7 @@ RULES: dict[str, OpRule] = {
     "AveragePool": OpRule(),
     "Sigmoid": OpRule(),
     "Softmax": OpRule(between_int8=True),
+    "HardSwish": OpRule(between_int8=True),  # as QLinearAdd and QLinearMul (hard_swish_to_qlinear)
     "LeakyRelu": OpRule(),
     "MaxPool": OpRule(same_range=True),
     "Resize": OpRule(same_range=True),

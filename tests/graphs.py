@@ -295,3 +295,30 @@ def lcnet_block(extra_reader: bool = False) -> onnx.ModelProto:
     if extra_reader:
         model.graph.output.append(helper.make_tensor_value_info("d", onnx.TensorProto.FLOAT, None))
     return model
+
+
+def hard_swish_net(divisor=6.0) -> onnx.ModelProto:
+    """x -> Conv -> hard-swish as Paddle2ONNX writes it (c * clip(c + 3, 0, 6) / divisor) ->
+    Conv -> Div by 1 + its own Sigmoid -> y."""
+    rng = np.random.default_rng(0)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c"], pads=[1, 1, 1, 1], name="conv1"),
+        helper.make_node("Add", ["c", "three"], ["c3"], name="add"),
+        helper.make_node("Clip", ["c3", "zero", "six"], ["clipped"], name="clip"),
+        helper.make_node("Mul", ["c", "clipped"], ["m"], name="mul"),
+        helper.make_node("Div", ["m", "divisor"], ["hs"], name="div"),
+        helper.make_node("Conv", ["hs", "w2"], ["d"], name="conv2"),
+        helper.make_node("Sigmoid", ["d"], ["s"], name="sigmoid"),
+        helper.make_node("Add", ["s", "one"], ["s1"], name="add_one"),
+        helper.make_node("Div", ["d", "s1"], ["y"], name="div_by_activation"),
+    ]
+    inits = [
+        numpy_helper.from_array(rng.normal(0, 0.3, (8, 3, 3, 3)).astype(np.float32), "w1"),
+        numpy_helper.from_array(rng.normal(0, 0.3, (4, 8, 1, 1)).astype(np.float32), "w2"),
+        numpy_helper.from_array(np.float32(3), "three"),
+        numpy_helper.from_array(np.float32(0), "zero"),
+        numpy_helper.from_array(np.float32(1), "one"),
+        numpy_helper.from_array(np.float32(6), "six"),
+        numpy_helper.from_array(np.asarray(divisor, np.float32), "divisor"),
+    ]
+    return image_model(nodes, inits, "hard_swish", y_channels=4)

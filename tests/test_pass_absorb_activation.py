@@ -3,7 +3,7 @@
 import numpy as np
 import onnx
 import onnx_ir as ir
-from graphs import conv_net, images, lcnet_block, ops, plan_for
+from graphs import conv_net, hard_swish_net, images, ops, plan_for
 
 from quantize import Recipe, passes, quantize
 
@@ -19,8 +19,8 @@ def test_relu_after_a_quantized_op_is_absorbed_into_a_zero_point_of_zero():
     assert zero_point == 0 and zero_point.dtype == np.uint8
 
 
-def test_hard_swish_clip_is_the_uint8_clamp_of_the_add_before_it(tmp_path):
-    onnx.save(lcnet_block(), str(tmp_path / "block.onnx"))
+def test_a_clip_from_zero_is_the_uint8_clamp_of_the_add_before_it(tmp_path):
+    onnx.save(hard_swish_net(divisor=5.0), str(tmp_path / "block.onnx"))  # / 5: not fused
     np.save(tmp_path / "x.npy", images(96))
     result = quantize(tmp_path / "block.onnx", tmp_path / "x.npy", Recipe(kernel_timing=False))
     decisions = {d.name: (d.precision, d.reason) for d in result.decisions}

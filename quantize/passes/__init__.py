@@ -1,6 +1,7 @@
 """Graph rewrites, each an onnx-ir pass: FP32 clean-up first, then lowering to Q/DQ.
 
-cleanup(model)          shape inference, constant folding, BatchNorm folding, Mul/Div-by-constant
+cleanup(model)          shape inference, constant folding, BatchNorm folding, written-out hard-swish
+                        -> HardSwish, Mul/Div-by-constant
                         chains into one Mul, per-channel scales and shifts into the Convs
                         beside them, decomposed
                         LayerNorm -> LayerNormalization, MatMul+bias -> Gemm (also across a Reshape), zero Pads into Convs, upsampling into Convs,
@@ -8,7 +9,7 @@ cleanup(model)          shape inference, constant folding, BatchNorm folding, Mu
                         through layout-blind ops,
                         dead nodes
 lower_to_qdq(model, p)  carry out a QuantPlan: absorb Relus, Divs by constants as Muls, fold smoothing that no INT8 node reads back
-                        into the weights, insert Q/DQ pairs, a residual Conv for chosen inputs, widen
+                        into the weights, insert Q/DQ pairs, a HardSwish as QLinearAdd and QLinearMul, a residual Conv for chosen inputs, widen
                         chosen Conv outputs, and for ONNX Runtime, a float-output INT8 MatMul's bias Add
                         into its integer kernel
 """
@@ -28,7 +29,9 @@ from quantize.passes.fold_conv_output_affine import FoldConvOutputAffinePass
 from quantize.passes.fold_pad import FoldPadIntoConvPass
 from quantize.passes.fold_scaling import FoldScalingPass
 from quantize.passes.fold_upsample import FoldUpsampleIntoConvPass
+from quantize.passes.fuse_hard_swish import FuseHardSwishPass
 from quantize.passes.fuse_layernorm import FuseLayerNormPass
+from quantize.passes.hard_swish_to_qlinear import HardSwishToQLinearPass
 from quantize.passes.hoist_transpose import HoistTransposePass
 from quantize.passes.insert_qdq import InsertQDQPass
 from quantize.passes.integer_matmul_bias import IntegerMatMulBiasPass
@@ -53,7 +56,9 @@ __all__ = [
     "FoldPadIntoConvPass",
     "FoldScalingPass",
     "FoldUpsampleIntoConvPass",
+    "FuseHardSwishPass",
     "FuseLayerNormPass",
+    "HardSwishToQLinearPass",
     "HoistTransposePass",
     "MatMulToGemmPass",
     "InsertQDQPass",
@@ -78,6 +83,7 @@ def cleanup(model: ir.Model) -> ir.Model:
             common.RemoveUnusedNodesPass(),
             FoldConstantsPass(),
             FoldBatchNormPass(),
+            FuseHardSwishPass(),  # before FoldScalingPass folds its / 6 into the next scaling
             FoldScalingPass(),
             FoldConvOutputAffinePass(),
             FoldConvInputAffinePass(),
@@ -113,6 +119,7 @@ def lower_to_qdq(model: ir.Model, plan: QuantPlan, checked: bool = True) -> ir.M
             DivToMulPass(plan),
             DropIdleScalingPass(plan),
             InsertQDQPass(plan),
+            HardSwishToQLinearPass(plan),
             ResidualInputPass(plan),
             WidenOutputPass(plan),
             *([IntegerMatMulBiasPass()] if plan.runtime == "onnxruntime" else []),
