@@ -64,9 +64,8 @@ def _only_reader_of(value: ir.Value | None, reader: ir.Node) -> ir.Node | None:
     """The producer of `value` when `reader` is its one reader and it is no graph output."""
     if value is None or value.is_graph_output():
         return None
-    if {user for user, _ in value.uses()} != {reader} or len(value.uses()) != 1:
-        return None
-    return value.producer()
+    uses = list(value.uses())
+    return value.producer() if len(uses) == 1 and uses[0][0] is reader else None
 
 
 def _scalar(value: ir.Value | None) -> float | None:

@@ -12,7 +12,7 @@ import onnx_ir as ir
 
 from quantize.passes.rewrite import NodeChain, replace_nodes
 from quantize.plan import QuantPlan
-from quantize.qparams import QMAX_U8
+from quantize.qparams import QMAX_U8, quantize_constant
 
 GATE_RANGE = 6.0  # clip(x + 3, 0, 6)
 
@@ -52,12 +52,13 @@ def _rewrite(graph: ir.Graph, node: ir.Node) -> None:
     chain = NodeChain(graph, node.name)
     gate_scale = np.float32(GATE_RANGE / QMAX_U8)
     zero = chain.const("gate_zero_point", np.uint8(0))
-    three = chain.node(  # exactly 3: 255 steps of 3/255
+    q, scale, zero_point = quantize_constant(np.float32(3.0))  # exactly 3: 255 steps of 3/255
+    three = chain.node(
         "DequantizeLinear",
         [
-            chain.const("three_quantized", np.uint8(QMAX_U8)),
-            chain.const("three_scale", np.float32(3.0 / QMAX_U8)),
-            zero,
+            chain.const("three_quantized", q),
+            chain.const("three_scale", scale),
+            chain.const("three_zero_point", zero_point),
         ],
         "three",
     )
