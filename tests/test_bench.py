@@ -60,7 +60,8 @@ def _square_matmul(n: int) -> onnx.ModelProto:
 
 def test_a_glance_tells_a_node_of_microseconds_from_one_of_milliseconds():
     tiny, large = (
-        glance_ms(_square_matmul(n), {"x": np.ones((n, n), np.float32)}, threads=1)
+        # the median of 25 calls: of 5, one descheduled vCPU put a 2x2 MatMul at 0.054 ms in CI
+        glance_ms(_square_matmul(n), {"x": np.ones((n, n), np.float32)}, threads=1, calls=25)
         for n in (2, 384)
     )
     assert 0 < tiny < MIN_GAIN_MS < large
