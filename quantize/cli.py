@@ -43,7 +43,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         choices=["auto", *PRESETS],
         default="auto",
         help="recipe: cnn (every op ORT runs in INT8), transformer (weight GEMMs in INT8, softmax, LayerNorm, residual "
-        "Adds in FP32, SmoothQuant), generator (output Conv FP32, the two before it widened: outputs spanning "
+        "Adds in FP32, SmoothQuant; a convolutional backbone before them as cnn), generator (output Conv FP32, the two before it widened: outputs spanning "
         "decades); auto picks transformer for graphs with attention, LayerNorm or embeddings, else cnn (default)",
     )
     p.add_argument(

@@ -35,6 +35,7 @@ from quantize.policy import (
     clamps_at_zero,
     decisions,
     is_float,
+    outside_convs,
     select_nodes,
 )
 from quantize.recipe import AUTO_ALPHA, RECIPE_KEY, Recipe, RunOptions, SmoothQuant
@@ -450,7 +451,8 @@ def _select(
 ) -> Selection:
     """The recipe's INT8 candidates in `graph`, but the `kept_fp32` nodes and SmoothQuant's
     `scaling` Muls (name -> why they stay FP32)."""
-    selected = select_nodes(graph, recipe.overrides.fp32, recipe.activation_matmuls, kept_fp32)
+    kept = {**outside_convs(graph, recipe.overrides.fp32_outside_convs), **(kept_fp32 or {})}
+    selected = select_nodes(graph, recipe.overrides.fp32, recipe.activation_matmuls, kept)
     return selected.without(scaling or {})
 
 

@@ -74,6 +74,8 @@ def clamps_at_zero(node: ir.Node) -> bool:
 # their output (a graph output, an FP32 op next), it stays float, with no requantization.
 FLOAT_OUTPUT_FUSIONS = {"Gemm", "MatMul"}
 
+POOLS = {"AveragePool", "GlobalAveragePool", "MaxPool"}
+
 
 def is_float(value: ir.Value | None) -> bool:
     return value is not None and value.dtype == ir.DataType.FLOAT
@@ -299,6 +301,35 @@ def read_by_int8(node: ir.Node, chosen: set[str]) -> bool:
 
 
 # The transformer policy's FP32 ops beyond those with no INT8 rule (LayerNormalization,
-# Gelu/Erf, ...): the residual-stream Adds and the scaling Muls and Divs (attention's 1/sqrt(d)), whose ranges are set by a few
-# outliers, and the key/value cache Concats (benchmarks/translator.py measures the alternative).
+# Gelu/Erf, ...): the residual-stream Adds and the scaling Muls and Divs (attention's
+# 1/sqrt(d)), whose ranges are set by a few outliers, and the key/value cache Concats
+# (benchmarks/translator.py measures the alternative). Kept FP32 outside the convolutions only.
 TRANSFORMER_FP32_OPS = ("Add", "Mul", "Div", "Concat")
+
+
+def outside_convs(model: ir.Model, op_types: tuple[str, ...]) -> dict[str, str]:
+    """The nodes of `op_types` outside a CNN's convolutions (name -> why they stay FP32): those
+    whose output does not lead only into Convs, through pools and other such nodes. Inside
+    them are a CNN's shifts (folded from a hard-swish's affine), gates and concats of feature
+    maps, whose output is rounded to uint8 for the Convs anyway."""
+    inside: set[str] = set()
+    for node in reversed(list(model.graph)):
+        if node.op_type in op_types and _leads_into_convs(node, inside):
+            inside.add(node.name)
+    return {
+        node.name: f"{node.op_type} outside the convolutions: FP32 in this recipe"
+        for node in model.graph
+        if node.op_type in op_types and node.name not in inside
+    }
+
+
+def _leads_into_convs(node: ir.Node, inside: set[str]) -> bool:
+    uses = [use for out in node.outputs for use in out.uses()]
+    return (
+        bool(uses)
+        and not any(out.is_graph_output() for out in node.outputs)
+        and all(
+            (user.op_type == "Conv" and index == 0) or user.op_type in POOLS or user.name in inside
+            for user, index in uses
+        )
+    )

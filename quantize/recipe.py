@@ -57,6 +57,8 @@ class NodeOverrides:
     """Exceptions to the policy for single nodes, by node name (`fp32` also takes op types)."""
 
     fp32: tuple[str, ...] = ()  # kept in FP32
+    # op types kept in FP32 except where only Convs read them (policy.outside_convs)
+    fp32_outside_convs: tuple[str, ...] = ()
     wide_outputs: tuple[
         str, ...
     ] = ()  # Convs read by FP32 ops only: 4 more bits near 0 (passes/widen_output.py)
@@ -110,12 +112,14 @@ class Recipe:
     def transformer(cls, **changes) -> "Recipe":
         """Chosen on the translator's BLEU and MiniLM's embeddings: percentile ranges, LayerNorm
         and GELU outliers smoothed into the weights, MatMul/Gemm with weights in INT8;
-        attention's activation MatMuls, softmax, LayerNorm, residual Adds and the cache in FP32."""
+        attention's activation MatMuls, softmax, LayerNorm, residual Adds and the cache in FP32.
+        A convolutional backbone before the attention (a text recogniser's) keeps the CNN
+        recipe's INT8 shifts, gates and concats: those only Convs read."""
         return cls(
             **{
                 "smoothing": SmoothQuant(),
                 "activation_matmuls": False,
-                "overrides": NodeOverrides(fp32=TRANSFORMER_FP32_OPS),
+                "overrides": NodeOverrides(fp32_outside_convs=TRANSFORMER_FP32_OPS),
                 **changes,
             }
         )

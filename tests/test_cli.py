@@ -311,9 +311,9 @@ def test_auto_preset_picks_the_transformer_recipe_for_attention_and_cnn_otherwis
     summaries = {name: json.loads(run.stdout) for name, run in runs.items() if run.returncode == 0}
     assert set(summaries) == set(runs), [run.stderr for run in runs.values()]
     assert summaries["attention"]["preset"] == "transformer" and summaries["cnn"]["preset"] == "cnn"
-    assert {"Add", "Mul", "query"} <= set(
-        summaries["attention"]["recipe"]["overrides"]["fp32"]
-    )  # the preset's and the user's
+    overrides = summaries["attention"]["recipe"]["overrides"]
+    assert {"Add", "Mul"} <= set(overrides["fp32_outside_convs"])  # the preset's
+    assert overrides["fp32"] == ["query"]  # the user's
     assert summaries["cnn"]["recipe"]["overrides"]["fp32"] == []
     # the preset's alpha is auto: a number in the model's recipe, chosen where weights are int7
     alpha = summaries["attention"]["recipe"]["smoothing"]["alpha"]

@@ -1,7 +1,7 @@
 import numpy as np
 import onnx
 import pytest
-from graphs import conv_net, images, mixed_ops_net, token_net
+from graphs import conv_net, images, lcnet_block, mixed_ops_net, token_net
 from onnx import TensorProto, helper
 
 from calibration import METHODS
@@ -228,6 +228,20 @@ def test_transformer_recipe_quantizes_weight_matmuls_only_and_takes_feeds_of_any
     }  # integer GEMMs with float outputs: no requantization
     assert min(result.output_sqnr_db.values()) > 25
     assert result.calibration_samples + 1 == len(feeds)  # one feed held out for the SQNR
+
+
+def test_transformer_recipe_keeps_a_convolutional_backbone_in_int8(tmp_path):
+    """A hard-swish's affine shift before a padded depthwise Conv (PP-LCNetV3, the backbone of
+    a text recogniser with attention after it) is read only by that Conv: it stays INT8, so the
+    hard-swish is between INT8 ops and runs on uint8 too."""
+    onnx.save(lcnet_block(), str(tmp_path / "lcnet.onnx"))
+    np.save(tmp_path / "x.npy", images(96))
+    result = quantize(
+        tmp_path / "lcnet.onnx", tmp_path / "x.npy", Recipe.transformer(kernel_timing=False)
+    )
+    precision = {(d.op_type, d.precision) for d in result.decisions}
+    assert precision == {("Conv", "int8"), ("HardSwish", "int8"), ("Add", "int8")}
+    assert min(result.output_sqnr_db.values()) > 20
 
 
 def test_an_empty_list_of_feeds_is_a_clean_error(tmp_path):

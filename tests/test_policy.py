@@ -5,7 +5,14 @@ import numpy as np
 import onnx_ir as ir
 from onnx import TensorProto, helper, numpy_helper
 
-from quantize.policy import NOT_BETWEEN_INT8, Selection, decisions, select_nodes
+from quantize.policy import (
+    NOT_BETWEEN_INT8,
+    TRANSFORMER_FP32_OPS,
+    Selection,
+    decisions,
+    outside_convs,
+    select_nodes,
+)
 
 
 def attention_block() -> ir.Model:
@@ -97,3 +104,57 @@ def test_decisions_list_every_float_node_once_with_a_folded_relu_as_int8():
     assert folded["relu"] == ("int8", "folded into the uint8 clamp")
     kept = {d.name: d.reason for d in decisions(model, selection.without({"conv": "island"}), {})}
     assert kept["relu"].startswith("the op before it is FP32")
+
+
+def backbone_then_attention() -> ir.Model:
+    """x -> Conv -> + b (shift) -> Conv -> * g (gate) -> [GlobalAveragePool -> Conv -> y1,
+    Concat(gated, d) -> Conv -> y2]; the second Conv also -> + itself (residual) -> Tanh -> y3,
+    and -> * 2 -> y4 (a graph output)."""
+    rng = np.random.default_rng(0)
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c"], name="conv1"),
+        helper.make_node("Add", ["c", "b"], ["s"], name="shift"),
+        helper.make_node("Conv", ["s", "w2"], ["d"], pads=[1, 1, 1, 1], name="conv2"),
+        helper.make_node("Mul", ["d", "g"], ["m"], name="gate"),
+        helper.make_node("GlobalAveragePool", ["m"], ["p"], name="pool"),
+        helper.make_node("Conv", ["p", "w3"], ["y1"], name="squeeze"),
+        helper.make_node("Concat", ["m", "d"], ["cat"], axis=1, name="concat"),
+        helper.make_node("Conv", ["cat", "w4"], ["y2"], name="merge"),
+        helper.make_node("Add", ["d", "d"], ["r"], name="residual"),
+        helper.make_node("Tanh", ["r"], ["y3"], name="tanh"),
+        helper.make_node("Mul", ["d", "two"], ["y4"], name="double"),
+    ]
+    inits = [
+        numpy_helper.from_array(rng.normal(size=shape).astype(np.float32), name)
+        for name, shape in [
+            ("w1", (4, 1, 1, 1)),
+            ("w2", (4, 4, 3, 3)),
+            ("w3", (2, 4, 1, 1)),
+            ("w4", (2, 8, 1, 1)),
+            ("b", (1, 4, 1, 1)),
+            ("g", (1, 4, 1, 1)),
+            ("two", ()),
+        ]
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 8, 8])],
+        [
+            helper.make_tensor_value_info(y, TensorProto.FLOAT, None)
+            for y in ("y1", "y2", "y3", "y4")
+        ],
+        inits,
+    )
+    return ir.serde.deserialize_model(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    )
+
+
+def test_the_transformer_ops_stay_fp32_only_outside_the_convolutions():
+    """The shift, the gate (read by a pool and a concat) and the concat lead only into Convs; the
+    residual Add leads into a Tanh and the doubling is a graph output."""
+    assert outside_convs(backbone_then_attention(), TRANSFORMER_FP32_OPS) == {
+        "residual": "Add outside the convolutions: FP32 in this recipe",
+        "double": "Mul outside the convolutions: FP32 in this recipe",
+    }
