@@ -54,10 +54,11 @@ class SmoothQuant:
 
 @dataclass(frozen=True)
 class NodeOverrides:
-    """Exceptions to the policy for single nodes, by node name (`fp32` also takes op types)."""
+    """Exceptions to the policy for single nodes, by node name (`fp32` also takes op types;
+    `fp32_outside_convs` takes op types only)."""
 
     fp32: tuple[str, ...] = ()  # kept in FP32
-    # op types kept in FP32 except where only Convs read them (policy.outside_convs)
+    # op types kept in FP32 except where their output leads only into Convs (policy.outside_convs)
     fp32_outside_convs: tuple[str, ...] = ()
     wide_outputs: tuple[
         str, ...
