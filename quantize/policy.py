@@ -309,9 +309,9 @@ TRANSFORMER_FP32_OPS = ("Add", "Mul", "Div", "Concat")
 
 def outside_convs(model: ir.Model, op_types: tuple[str, ...]) -> dict[str, str]:
     """The nodes of `op_types` outside a CNN's convolutions (name -> why they stay FP32): those
-    whose output does not lead only into Convs, through pools and other such nodes. Inside
-    them are a CNN's shifts (folded from a hard-swish's affine), gates and concats of feature
-    maps, whose output is rounded to uint8 for the Convs anyway."""
+    with a reader that is neither a Conv (as its input X), nor a pool, nor a node of `op_types`
+    inside. Inside are a CNN's shifts (folded from a hard-swish's affine), gates and concats of
+    feature maps, whose output is rounded to uint8 for the Convs anyway."""
     inside: set[str] = set()
     for node in reversed(list(model.graph)):
         if node.op_type in op_types and _leads_into_convs(node, inside):

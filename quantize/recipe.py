@@ -58,7 +58,8 @@ class NodeOverrides:
     `fp32_outside_convs` takes op types only)."""
 
     fp32: tuple[str, ...] = ()  # kept in FP32
-    # op types kept in FP32 except where their output leads only into Convs (policy.outside_convs)
+    # op types kept in FP32 except where only Convs, pools and such kept-INT8 ops read them
+    # (policy.outside_convs)
     fp32_outside_convs: tuple[str, ...] = ()
     wide_outputs: tuple[
         str, ...
