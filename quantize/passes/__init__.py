@@ -9,7 +9,7 @@ cleanup(model)          shape inference, constant folding, BatchNorm folding, wr
                         through layout-blind ops,
                         dead nodes
 lower_to_qdq(model, p)  carry out a QuantPlan: absorb Relus, Divs by constants as Muls, fold smoothing that no INT8 node reads back
-                        into the weights, insert Q/DQ pairs, a HardSwish as QLinearAdd and QLinearMul, a residual Conv for chosen inputs, widen
+                        into the weights, insert Q/DQ pairs, a HardSwish as QLinearAdd and QLinearMul, an Add of a constant before Convs into their input's zero point, a residual Conv for chosen inputs, widen
                         chosen Conv outputs, and for ONNX Runtime, a float-output INT8 MatMul's bias Add
                         into its integer kernel
 """
@@ -38,6 +38,7 @@ from quantize.passes.integer_matmul_bias import IntegerMatMulBiasPass
 from quantize.passes.matmul_to_gemm import MatMulToGemmPass
 from quantize.passes.merge_transposes import MergeTransposesPass
 from quantize.passes.residual_input import ResidualInputPass
+from quantize.passes.shift_into_zero_point import ShiftIntoZeroPointPass
 from quantize.passes.smooth_activations import SmoothActivationsPass
 from quantize.passes.split_before_transpose import SplitBeforeTransposePass
 from quantize.passes.widen_output import WidenOutputPass
@@ -65,6 +66,7 @@ __all__ = [
     "IntegerMatMulBiasPass",
     "MergeTransposesPass",
     "ResidualInputPass",
+    "ShiftIntoZeroPointPass",
     "SmoothActivationsPass",
     "SplitBeforeTransposePass",
     "WidenOutputPass",
@@ -120,6 +122,7 @@ def lower_to_qdq(model: ir.Model, plan: QuantPlan, checked: bool = True) -> ir.M
             DropIdleScalingPass(plan),
             InsertQDQPass(plan),
             HardSwishToQLinearPass(plan),
+            ShiftIntoZeroPointPass(plan),
             ResidualInputPass(plan),
             WidenOutputPass(plan),
             *([IntegerMatMulBiasPass()] if plan.runtime == "onnxruntime" else []),
