@@ -6,7 +6,7 @@ run with timings and rivals is `python -m benchmarks.zoo`."""
 
 import pytest
 
-from benchmarks.zoo.run import REDUCED, all_models, run_model, table
+from benchmarks.zoo.run import REDUCED, all_models, rival_fidelity, run_model, table
 from quantize.pipeline import WHOLE_FP32
 from quantize.target import WEIGHT_FORMATS
 
@@ -51,3 +51,12 @@ def test_the_table_marks_a_model_the_speed_check_kept_fp32_whole():
         for check in (kept, "INT8 1.5x the FP32 graph's speed (...): INT8 kept")
     ]
     assert "| 0.94x (FP32 kept: same graph) |" in rows[0] and "FP32 kept" not in rows[1]
+
+
+def test_a_rivals_fidelity_is_marked_against_the_target_or_says_how_the_rival_failed():
+    record = {
+        "fidelity_detail": {"ort_dynamic": {"value": 0.9922, "meets": False}},
+        "rivals": {"ort_static": {"status": "does not run: InvalidGraph: [ONNXRuntimeError] x"}},
+    }
+    assert rival_fidelity(record, "ort_dynamic") == "0.9922 misses"
+    assert rival_fidelity(record, "ort_static") == "does not run: InvalidGraph"

@@ -248,10 +248,11 @@ def ratio(value) -> str:
 
 
 def rival_fidelity(record: dict, name: str) -> str:
-    """A rival's fidelity, or how it failed ("does not run: InvalidGraph"; the JSON has it all)."""
+    """A rival's fidelity against the model's target, or how it failed ("does not run:
+    InvalidGraph"; the JSON has it all)."""
     detail = record.get("fidelity_detail", {}).get(name)
     if detail:
-        return f"{detail['value']:.4f}"
+        return f"{detail['value']:.4f} {'meets' if detail['meets'] else 'misses'}"
     status = record.get("rivals", {}).get(name, {}).get("status", "-")
     return ":".join(status.split(":")[:2])
 
