@@ -14,8 +14,8 @@ STEP = 0.01  # the uint8 step of the shifted tensor and of the output: ranges of
 SHIFT = 0.305  # 30.5 steps: its rounding misses it by half a step
 
 
-def _shift_then_mean_filter() -> ir.Model:
-    """x(N,1,32,32) -> + SHIFT -> 3x3 mean filter with zero padding 1 -> y."""
+def _shift_then_mean_filter(shift: float = SHIFT) -> ir.Model:
+    """x(N,1,32,32) -> + shift -> 3x3 mean filter with zero padding 1 -> y."""
     nodes = [
         helper.make_node("Add", ["x", "shift"], ["v"], name="shift"),
         helper.make_node("Conv", ["v", "w", "b"], ["y"], pads=[1, 1, 1, 1], name="conv"),
@@ -26,7 +26,7 @@ def _shift_then_mean_filter() -> ir.Model:
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 1, 32, 32])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 1, 32, 32])],
         [
-            numpy_helper.from_array(np.float32(SHIFT), "shift"),
+            numpy_helper.from_array(np.float32(shift), "shift"),
             numpy_helper.from_array(np.full((1, 1, 3, 3), 1 / 9, np.float32), "w"),
             numpy_helper.from_array(np.zeros(1, np.float32), "b"),
         ],
@@ -70,3 +70,10 @@ def test_in_a_hard_swish_block_the_add_leaves_and_the_rounding_of_its_shift_is_u
     without, with_ = (_lowered(model, plan, shift) for shift in (False, True))
     assert ops(with_).count("Add") == ops(without).count("Add") - 1
     assert sqnr(with_) > sqnr(without) + 1
+
+
+def test_a_shift_beyond_the_range_of_its_output_stays_an_add():
+    model = _shift_then_mean_filter(shift=3.0)  # 300 steps: no uint8 zero point moves that far
+    ranges = {"x": (0.0, 1.0), "v": (0.0, 255 * STEP), "y": (0.0, 255 * STEP)}
+    lowered = _lowered(model, QuantPlan({"shift", "conv"}, ranges, HOST_WEIGHTS), True)
+    assert "Add" in ops(lowered)

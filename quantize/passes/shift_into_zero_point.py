@@ -23,6 +23,8 @@ class ShiftIntoZeroPointPass(ir.passes.InPlacePass):
     DQ(s, z) -> Convs, their int32 biases raised by (c - k * s) * sum(W), where c is one
     constant, k = round(c / s), and no other node reads the values in between.
 
+    A shift the range of y + c does not hold (the moved zero point would leave uint8) stays.
+
     Precondition: InsertQDQPass has run. Relus absorbed into y's clamp, Convs that get a residual
     input and a y that a widened Conv writes are left as they are: they rely on y's own zero
     point."""
@@ -118,7 +120,9 @@ def _integer_weights_and_bias(conv: ir.Node) -> bool:
 
 def _rewrite(graph, quantize_y, dequantizers, convs, shift) -> None:
     scale, zero_point = (v.const_value.numpy() for v in dequantizers[0].inputs[1:])
-    shifted = int(np.clip(int(zero_point) + round(shift / float(scale)), QMIN_U8, QMAX_U8))
+    shifted = int(zero_point) + round(shift / float(scale))
+    if not QMIN_U8 <= shifted <= QMAX_U8:
+        return  # c outside the range of y + c: a clipped zero point would miss more than a step
     missed = shift - (shifted - int(zero_point)) * float(scale)
     name = quantize_y.inputs[0].name
     quantize_y.replace_input_with(1, add_initializer(graph, f"{name}_shifted_scale", scale))
