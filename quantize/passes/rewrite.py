@@ -173,22 +173,30 @@ def constant_weights(conv: ir.Node) -> bool:
 
 
 def conv_bias(conv: ir.Node) -> np.ndarray | None:
-    """The Conv's bias as a float64 array (zeros when it has none); None if it is not constant."""
-    weight = conv.inputs[1].const_value
+    """The Conv's (or ConvTranspose's) bias as a float64 array (zeros when it has none); None if
+    it is not constant."""
     if len(conv.inputs) < 3 or conv.inputs[2] is None:
-        return np.zeros(weight.shape[0])
+        return np.zeros(output_channels(conv))
     bias = conv.inputs[2].const_value
     return None if bias is None else bias.numpy().astype(np.float64)
+
+
+def output_channels(conv: ir.Node) -> int:
+    """A Conv's weights are (out, in / group, ...), a ConvTranspose's (in, out / group, ...)."""
+    shape = conv.inputs[1].const_value.shape
+    if conv.op_type == "ConvTranspose":
+        return shape[1] * conv.attributes.get_int("group", 1)
+    return shape[0]
 
 
 def conv_with(
     graph: ir.Graph, conv: ir.Node, x: ir.Value, weight: np.ndarray, bias: np.ndarray, tag: str
 ) -> ir.Node:
-    """A copy of `conv` (same name and attributes) that reads `x` with these weights and bias,
-    in the dtype of its weights; not yet in the graph."""
+    """A copy of `conv` (same op, name and attributes) that reads `x` with these weights and
+    bias, in the dtype of its weights; not yet in the graph."""
     dtype = conv.inputs[1].const_value.dtype.numpy()
     w_value = add_initializer(graph, f"{conv.name}_{tag}_weight", weight.astype(dtype))
     b_value = add_initializer(graph, f"{conv.name}_{tag}_bias", bias.astype(dtype))
     return ir.Node(
-        "", "Conv", [x, w_value, b_value], attributes=conv.attributes.values(), name=conv.name
+        "", conv.op_type, [x, w_value, b_value], attributes=conv.attributes.values(), name=conv.name
     )
