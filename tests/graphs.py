@@ -214,15 +214,15 @@ def ops(model: ir.Model) -> list[str]:
     return [n.op_type for n in model.graph]
 
 
-def plan_for(model: ir.Model, nodes: set[str]) -> QuantPlan:
-    """A plan with min/max ranges measured on random images."""
+def plan_for(model: ir.Model, nodes: set[str], size: int = 16) -> QuantPlan:
+    """A plan with min/max ranges measured on random images of `size` x `size`."""
     names = [
         v.name
         for n in model.graph
         for v in [*n.inputs, *n.outputs]
         if v is not None and v.const_value is None
     ]
-    x = images(64)
+    x = images(64, size)
     source = CalibrationSource(
         Path("memory"),
         input_specs(ir.serde.serialize_model(model)),

@@ -10,8 +10,9 @@ cleanup(model)          shape inference, constant folding, BatchNorm folding, wr
                         dead nodes
 lower_to_qdq(model, p)  carry out a QuantPlan: absorb Relus, Divs by constants as Muls, fold smoothing that no INT8 node reads back
                         into the weights, insert Q/DQ pairs, a HardSwish as QLinearAdd and QLinearMul, an Add of a constant before Convs into their input's zero point, a residual Conv for chosen inputs, widen
-                        chosen Conv outputs, and for ONNX Runtime, a float-output INT8 MatMul's bias Add
-                        into its integer kernel
+                        chosen Conv outputs, and for ONNX Runtime, a nearest upsampling by 2^n as
+                        Resizes by 2 kept in NCHW, a float-output INT8 MatMul's bias Add into its
+                        integer kernel
 """
 
 import onnx_ir as ir
@@ -41,6 +42,7 @@ from quantize.passes.residual_input import ResidualInputPass
 from quantize.passes.shift_into_zero_point import ShiftIntoZeroPointPass
 from quantize.passes.smooth_activations import SmoothActivationsPass
 from quantize.passes.split_before_transpose import SplitBeforeTransposePass
+from quantize.passes.upsample_in_nchw import UpsampleInNCHWPass
 from quantize.passes.widen_output import WidenOutputPass
 from quantize.plan import QuantPlan
 
@@ -69,6 +71,7 @@ __all__ = [
     "ShiftIntoZeroPointPass",
     "SmoothActivationsPass",
     "SplitBeforeTransposePass",
+    "UpsampleInNCHWPass",
     "WidenOutputPass",
     "cleanup",
     "lower_to_qdq",
@@ -125,7 +128,11 @@ def lower_to_qdq(model: ir.Model, plan: QuantPlan, checked: bool = True) -> ir.M
             ShiftIntoZeroPointPass(plan),
             ResidualInputPass(plan),
             WidenOutputPass(plan),
-            *([IntegerMatMulBiasPass()] if plan.runtime == "onnxruntime" else []),
+            *(
+                [UpsampleInNCHWPass(plan), IntegerMatMulBiasPass()]
+                if plan.runtime == "onnxruntime"
+                else []
+            ),
             common.RemoveUnusedNodesPass(),
             common.TopologicalSortPass(),
             *([common.CheckerPass()] if checked else []),

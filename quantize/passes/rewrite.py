@@ -61,7 +61,11 @@ class NodeChain:
 
     def node(self, op: str, inputs: list, suffix: str, **attributes) -> ir.Value:
         attrs = [
-            ir.AttrInt64s(key, v) if isinstance(v, list) else ir.AttrInt64(key, v)
+            ir.AttrInt64s(key, v)
+            if isinstance(v, list)
+            else ir.AttrString(key, v)
+            if isinstance(v, str)
+            else ir.AttrInt64(key, v)
             for key, v in attributes.items()
         ]
         made = ir.Node("", op, inputs, attributes=attrs, name=f"{self.name}_{suffix}")
