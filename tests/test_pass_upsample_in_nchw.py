@@ -54,8 +54,8 @@ def _pyramid_step(factor: int = 4, coordinates: str = "asymmetric") -> ir.Model:
     return passes.cleanup(ir.serde.deserialize_model(model))
 
 
-def _lowered(model: ir.Model, upsample_in_nchw: bool) -> ir.Model:
-    plan = plan_for(model, {n.name for n in model.graph}, size=24)
+def _lowered(model: ir.Model, upsample_in_nchw: bool, fp32: tuple[str, ...] = ()) -> ir.Model:
+    plan = plan_for(model, {n.name for n in model.graph} - set(fp32), size=24)
     chain = [passes.InsertQDQPass(plan)]
     if upsample_in_nchw:
         chain.append(passes.UpsampleInNCHWPass(plan))
@@ -82,8 +82,12 @@ def test_an_upsampling_by_4_runs_as_two_nchw_resizes_by_2_to_the_same_bits():
 
 
 def test_an_upsampling_it_cannot_split_into_nearest_doublings_is_left_alone():
-    for model in (_pyramid_step(factor=3), _pyramid_step(coordinates="half_pixel")):
-        after = _lowered(model, True)
+    for model, fp32 in (
+        (_pyramid_step(factor=3), ()),
+        (_pyramid_step(coordinates="half_pixel"), ()),
+        (_pyramid_step(), ("up",)),  # planned FP32
+    ):
+        after = _lowered(model, True, fp32)
         resizes = [n for n in after.graph if n.op_type == "Resize"]
         assert [n.name for n in resizes] == ["up"]
         assert "Reshape" not in [n.op_type for n in after.graph]

@@ -46,35 +46,46 @@ class UpsampleInNCHWPass(ir.passes.InPlacePass):
 
 def _doubles(node: ir.Node) -> int | None:
     """How many times `node` doubles H and W, if it is a Resize this pass rewrites."""
-    if node.op_type != "Resize" or len(node.inputs) != 3 or node.inputs[2] is None:
+    if node.op_type != "Resize":
         return None
-    roi = node.inputs[1]
+    steps = _nearest_doublings(node)
+    return steps if steps and _quantized_at_one_scale(node) else None
+
+
+def _nearest_doublings(resize: ir.Node) -> int:
+    """n where `resize` is a nearest upsampling of H and W by 2^n given by constant scales."""
+    if len(resize.inputs) != 3 or resize.inputs[2] is None:
+        return 0
+    roi = resize.inputs[1]
     if roi is not None and (roi.const_value is None or roi.const_value.size != 0):
-        return None
-    if any(node.attributes.get_string(key, "") != value for key, value in NEAREST.items()):
-        return None
-    scales = node.inputs[2].const_value
+        return 0
+    if any(resize.attributes.get_string(key, "") != value for key, value in NEAREST.items()):
+        return 0
+    scales = resize.inputs[2].const_value
     if scales is None or scales.shape != (4,):
-        return None
+        return 0
     batch, channels, height, width = scales.numpy().tolist()
     steps = int(np.log2(height)) if height >= 2 else 0
-    if (batch, channels) != (1, 1) or height != width or steps == 0 or 2**steps != height:
-        return None
-    source = node.inputs[0].producer()
-    if source is None or source.op_type != "DequantizeLinear":
-        return None
-    quantized = [user for user, _ in node.outputs[0].uses()]
-    if len(quantized) != 1 or quantized[0].op_type != "QuantizeLinear":
-        return None
-    same = all(
-        a is not None and b is not None and _equal(a, b)
-        for a, b in zip(source.inputs[1:], quantized[0].inputs[1:], strict=True)
-    )
-    return steps if same and len(source.inputs) == len(quantized[0].inputs) == 3 else None
+    if (batch, channels) != (1, 1) or height != width or 2**steps != height:
+        return 0
+    return steps
 
 
-def _equal(a: ir.Value, b: ir.Value) -> bool:
-    if a.const_value is None or b.const_value is None:
+def _quantized_at_one_scale(resize: ir.Node) -> bool:
+    """Does `resize` read a DequantizeLinear and is it read by one QuantizeLinear, both with the
+    same constant scale and zero point?"""
+    source = resize.inputs[0].producer()
+    readers = [user for user, _ in resize.outputs[0].uses()]
+    if source is None or source.op_type != "DequantizeLinear" or len(readers) != 1:
+        return False
+    target = readers[0]
+    if target.op_type != "QuantizeLinear" or len(source.inputs) != 3 or len(target.inputs) != 3:
+        return False
+    return all(_equal(a, b) for a, b in zip(source.inputs[1:], target.inputs[1:]))
+
+
+def _equal(a: ir.Value | None, b: ir.Value | None) -> bool:
+    if a is None or b is None or a.const_value is None or b.const_value is None:
         return False
     return np.array_equal(a.const_value.numpy(), b.const_value.numpy())
 
