@@ -131,13 +131,13 @@ def mixed_ops_net() -> onnx.ModelProto:
     return image_model(nodes, inits, "mixed", y_channels=4)
 
 
-def image_model(nodes, inits, name: str, y_channels: int) -> onnx.ModelProto:
-    """An opset-17 model of `nodes` from x(N,3,16,16) to y(N,y_channels,16,16)."""
+def image_model(nodes, inits, name: str, y_channels: int, size: int = 16) -> onnx.ModelProto:
+    """An opset-17 model of `nodes` from x(N,3,size,size) to y(N,y_channels,size,size)."""
     graph = helper.make_graph(
         nodes,
         name,
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 16, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", y_channels, 16, 16])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", y_channels, size, size])],
         inits,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])

@@ -4,8 +4,8 @@ Resizes by 2 that ONNX Runtime runs on NCHW data, and the model computes the sam
 import numpy as np
 import onnx
 import onnx_ir as ir
-from graphs import images, plan_for, run
-from onnx import TensorProto, helper, numpy_helper
+from graphs import image_model, images, plan_for, run
+from onnx import helper, numpy_helper
 from onnx.numpy_helper import to_array
 from onnx_ir.passes import common
 
@@ -38,19 +38,13 @@ def _pyramid_step(factor: int = 4, coordinates: str = "asymmetric") -> ir.Model:
         helper.make_node("Add", ["up", "fine"], ["merged"], name="merge"),
         helper.make_node("Conv", ["merged", "w_out"], ["y"], name="out"),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "pyramid",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 24, 24])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8, 24, 24])],
-        [
-            weight("w_coarse", (8, 3, factor, factor)),
-            numpy_helper.from_array(np.array([1, 1, factor, factor], np.float32), "scales"),
-            weight("w_fine", (8, 3, 1, 1)),
-            weight("w_out", (8, 8, 1, 1)),
-        ],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    inits = [
+        weight("w_coarse", (8, 3, factor, factor)),
+        numpy_helper.from_array(np.array([1, 1, factor, factor], np.float32), "scales"),
+        weight("w_fine", (8, 3, 1, 1)),
+        weight("w_out", (8, 8, 1, 1)),
+    ]
+    model = image_model(nodes, inits, "pyramid", y_channels=8, size=24)
     return passes.cleanup(ir.serde.deserialize_model(model))
 
 

@@ -33,9 +33,10 @@ class UpsampleInNCHWPass(ir.passes.InPlacePass):
         self.plan = plan
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
-        chosen = [n for n in model.graph if n.name in self.plan.nodes and _doubles(n) is not None]
-        for node in chosen:
-            _rewrite(model.graph, node, _doubles(node))
+        planned = (n for n in model.graph if n.name in self.plan.nodes)
+        chosen = {node: doubles for node in planned if (doubles := _doubles(node))}
+        for node, doubles in chosen.items():
+            _rewrite(model.graph, node, doubles)
         return ir.passes.PassResult(model, modified=bool(chosen))
 
     def ensures(self, model: ir.Model) -> None:
