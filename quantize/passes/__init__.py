@@ -1,9 +1,8 @@
 """Graph rewrites, each an onnx-ir pass: FP32 clean-up first, then lowering to Q/DQ.
 
-cleanup(model)          shape inference, constant folding, BatchNorm folding, written-out hard-swish
-                        -> HardSwish, Mul/Div-by-constant
-                        chains into one Mul, per-channel scales and shifts into the Convs
-                        beside them, decomposed
+cleanup(model)          shape inference, constant folding, written-out hard-swish -> HardSwish,
+                        Mul/Div-by-constant chains into one Mul, per-channel scales and shifts
+                        (BatchNorms too) into the Convs and ConvTransposes beside them, decomposed
                         LayerNorm -> LayerNormalization, MatMul+bias -> Gemm (also across a Reshape), zero Pads into Convs, upsampling into Convs,
                         Conv3D -> 2D Conv, Reshapes before Transposes, Transpose merging and hoisting
                         through layout-blind ops,
@@ -22,7 +21,6 @@ from quantize.passes.absorb_activation import AbsorbActivationPass
 from quantize.passes.bias_before_reshape import BiasBeforeReshapePass
 from quantize.passes.div_to_mul import DivToMulPass
 from quantize.passes.drop_idle_scaling import DropIdleScalingPass
-from quantize.passes.fold_batchnorm import FoldBatchNormPass
 from quantize.passes.fold_constants import FoldConstantsPass
 from quantize.passes.fold_conv3d import FoldConv3DPass
 from quantize.passes.fold_conv_input_affine import FoldConvInputAffinePass
@@ -51,7 +49,6 @@ __all__ = [
     "BiasBeforeReshapePass",
     "DivToMulPass",
     "DropIdleScalingPass",
-    "FoldBatchNormPass",
     "FoldConstantsPass",
     "FoldConvInputAffinePass",
     "FoldConvOutputAffinePass",
@@ -87,7 +84,6 @@ def cleanup(model: ir.Model) -> ir.Model:
             common.RemoveInitializersFromInputsPass(),
             common.RemoveUnusedNodesPass(),
             FoldConstantsPass(),
-            FoldBatchNormPass(),
             FuseHardSwishPass(),  # before FoldScalingPass folds its / 6 into the next scaling
             FoldScalingPass(),
             FoldConvOutputAffinePass(),
