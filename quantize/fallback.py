@@ -10,7 +10,9 @@ where it buys fidelity.
 
 Without a task metric, `to_fidelity_floor` scores the output SQNR on the held-out samples:
 the CLI's default when a model falls below the floor, so that low fidelity is fixed where a
-few nodes can fix it, not only reported.
+few nodes can fix it, not only reported. Output noise power adds up over the nodes that make
+it, so a node gains less alone than any group it is in: the floor's trials screen the nodes a
+group at a time, and try alone only the members of a group that gains enough.
 """
 
 from collections.abc import Callable
@@ -24,6 +26,7 @@ from quantize.validate import OUTPUT_FLOOR_DB, first_samples, model_outputs, sqn
 
 Score = Callable[[onnx.ModelProto], float]
 TRIAL_SAMPLES = 8  # held-out samples a one-node trial of the fidelity floor is scored on
+TRIAL_GROUP = 8  # nodes the fidelity floor's trials screen together
 FLOOR_STEP_DB = 0.5  # what a node back in FP32 must add to the output SQNR (11 % less noise)
 
 
@@ -48,10 +51,14 @@ def fall_back(
     max_nodes: int = 4,
     trial_score: Score | None = None,
     min_gain: float = 0.0,
+    group_size: int = 1,
 ) -> Fallback:
     """`trial_score`, if given, ranks the one-node trials in place of `score` (a cheaper stand-in
     of it: fewer samples); the steps after are scored with `score` and kept only if they raise
-    it by more than `min_gain`. With `max_nodes=0`, only the result's score: no trials."""
+    it by more than `min_gain`. With `group_size` > 1, nodes are first tried `group_size` at a
+    time in graph order, and only the members of a group that gains more than `min_gain` are
+    tried alone: sound for a metric whose loss adds up over nodes. With `max_nodes=0`, only the
+    result's score: no trials."""
     before = score(result.model)
     if before >= target or max_nodes == 0:
         return Fallback(result, target, before, before, [], {})
@@ -62,7 +69,7 @@ def fall_back(
         for d in result.decisions
         if d.precision == "int8" and d.op_type in RULES and RULES[d.op_type].weight is not None
     ]
-    gains = {name: trial(qdq_model(result, {name})) - base for name in weighted}
+    gains = _trial_gains(result, trial, base, weighted, group_size, min_gain)
     ranked = sorted((n for n in gains if gains[n] > 0), key=gains.get, reverse=True)[:max_nodes]
     chosen: dict[str, str] = {}
     after, best = before, result
@@ -78,11 +85,30 @@ def fall_back(
     return Fallback(best, target, before, after, list(chosen), gains)
 
 
+def _trial_gains(
+    result: QuantizeResult,
+    trial: Score,
+    base: float,
+    nodes: list[str],
+    group_size: int,
+    min_gain: float,
+) -> dict[str, float]:
+    """Each node's trial score alone in FP32 minus `base`, for the nodes of the groups that gain
+    more than `min_gain` together (a group of one is its own trial)."""
+    groups = [nodes[i : i + group_size] for i in range(0, len(nodes), group_size)]
+    screened = [
+        group
+        for group in groups
+        if len(group) == 1 or trial(qdq_model(result, set(group))) - base > min_gain
+    ]
+    return {name: trial(qdq_model(result, {name})) - base for group in screened for name in group}
+
+
 def to_fidelity_floor(result: QuantizeResult, max_nodes: int = 8) -> Fallback:
     """Nodes back to FP32 until the worst output's SQNR on the held-out samples reaches the floor,
     each for at least `FLOOR_STEP_DB`; the one-node trials are ranked on the first
-    `TRIAL_SAMPLES` of them (a 640x640 text detector has 62 Convs, each a trial). With
-    `max_nodes=0`, only what the result measured."""
+    `TRIAL_SAMPLES` of them (a 640x640 text detector has 62 Convs), screened `TRIAL_GROUP` at a
+    time. With `max_nodes=0`, only what the result measured."""
     before = min(result.output_sqnr_db.values())
     if before >= OUTPUT_FLOOR_DB or max_nodes == 0:
         return Fallback(result, OUTPUT_FLOOR_DB, before, before, [], {})
@@ -99,4 +125,5 @@ def to_fidelity_floor(result: QuantizeResult, max_nodes: int = 8) -> Fallback:
         max_nodes,
         worst_output_sqnr(model_outputs(result.fp32_model, trial_batches, threads), trial_batches),
         FLOOR_STEP_DB,
+        TRIAL_GROUP,
     )

@@ -7,6 +7,7 @@ from graphs import outlier_mlp
 
 from quantize import Recipe, cli, quantize
 from quantize.fallback import fall_back
+from quantize.pipeline import qdq_model
 from quantize.runtime import session
 from quantize.validate import sqnr_db
 
@@ -148,3 +149,30 @@ def test_a_step_that_does_not_raise_the_score_enough_is_undone_and_ends_the_sear
     found = fall_back(result, score, target=before + 10, min_gain=gain + 1)
     assert found.fp32_nodes == [] and found.result is result and found.score_after == before
     assert not found.met
+
+
+def _counting(score, trials):
+    return lambda model: trials.append(model) or score(model)
+
+
+def test_screening_in_groups_tries_alone_only_the_members_of_a_group_that_gains(tmp_path):
+    result, score = _setup(tmp_path)
+    target = score(result.model) + 10
+    trials = []
+    found = fall_back(result, score, target, trial_score=_counting(score, trials), group_size=2)
+    assert len(trials) == 4  # the INT8 model, "up" and "down" together, then each alone
+    assert found.fp32_nodes == ["down"] and found.met
+    assert set(found.trial_gains) == {"up", "down"}
+
+    together = score(qdq_model(result, {"up", "down"})) - score(result.model)
+    trials = []
+    found = fall_back(
+        result,
+        score,
+        target,
+        trial_score=_counting(score, trials),
+        min_gain=together + 1,
+        group_size=2,
+    )
+    assert len(trials) == 2  # the INT8 model, then the group, which gains too little
+    assert found.fp32_nodes == [] and found.trial_gains == {} and found.result is result
