@@ -17,6 +17,7 @@ from quantize.passes.rewrite import (
     conv_bias,
     conv_with,
     output_channels,
+    read_once,
     replace_nodes,
 )
 
@@ -80,9 +81,7 @@ def _foldable_conv(value: ir.Value) -> ir.Node | None:
     conv = value.producer()
     if conv is None or conv.op_type not in ("Conv", "ConvTranspose") or not constant_weights(conv):
         return None
-    if len(value.uses()) != 1 or value.is_graph_output():
-        return None
-    return conv
+    return conv if read_once(value) else None
 
 
 def _scalable(conv: ir.Node) -> bool:

@@ -8,7 +8,7 @@ constant, 24 and 28 times: a pass over the tensor each that FP32 and INT8 both s
 import numpy as np
 import onnx_ir as ir
 
-from quantize.passes.rewrite import FLOATS, FusionPass, add_initializer, replace_nodes
+from quantize.passes.rewrite import FLOATS, FusionPass, add_initializer, read_once, replace_nodes
 
 
 def scaling(node: ir.Node) -> tuple[ir.Value, np.ndarray] | None:
@@ -39,7 +39,7 @@ class FoldScalingPass(FusionPass):
             return None
         scaled, factor = second
         first = scaled.producer()
-        if first is None or len(scaled.uses()) != 1 or scaled.is_graph_output():
+        if first is None or not read_once(scaled):
             return None
         inner = scaling(first)
         if inner is None:

@@ -12,7 +12,7 @@ starts channels-last: the largest tensor of the graph was moved twice.
 import numpy as np
 import onnx_ir as ir
 
-from quantize.passes.rewrite import FusionPass, add_initializer, transpose_perm
+from quantize.passes.rewrite import FusionPass, add_initializer, read_once, transpose_perm
 
 UNARY = {
     "Abs",
@@ -30,10 +30,6 @@ UNARY = {
 WITH_CONSTANT = {"Add", "Div", "Mul", "Sub"}
 
 
-def _sole_reader(value: ir.Value) -> bool:
-    return len(value.uses()) == 1 and not value.is_graph_output()
-
-
 def _const(value: ir.Value | None) -> np.ndarray | None:
     return None if value is None or value.const_value is None else value.const_value.numpy()
 
@@ -48,11 +44,11 @@ class HoistTransposePass(FusionPass):
             return None
         between, node = [], outer.inputs[0].producer()
         while node is not None and transpose_perm(node) is None:
-            if not _sole_reader(node.outputs[0]) or not _layout_blind(node):
+            if not read_once(node.outputs[0]) or not _layout_blind(node):
                 return None
             between.append(node)
             node = node.inputs[0].producer()
-        if node is None or not between or not _sole_reader(node.outputs[0]):
+        if node is None or not between or not read_once(node.outputs[0]):
             return None
         return node, between
 

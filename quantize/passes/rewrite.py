@@ -36,6 +36,11 @@ def uses_auto_pad(node: ir.Node) -> bool:
     return "auto_pad" in node.attributes and node.attributes["auto_pad"].value not in ("NOTSET", "")
 
 
+def read_once(value: ir.Value) -> bool:
+    """Is `value` read by exactly one node and not a graph output (free to fold away)?"""
+    return len(value.uses()) == 1 and not value.is_graph_output()
+
+
 def replace_nodes(graph: ir.Graph, old: list[ir.Node], new: ir.Node) -> None:
     """Put `new` in place of the chain `old`; it takes over the last node's output and name."""
     last = old[-1].outputs[0]
