@@ -17,7 +17,10 @@ FP32 wins, by more than MARGIN and MIN_GAIN_MS, in a first measurement and again
 second one: timing noise on a busy machine must not flip a decision (on AVX2, convs of a few
 channels measure INT8/FP32 = 1.0 +- 0.05; a 7x7 conv on 3 input channels, a ResNet stem, 1.16).
 A node whose INT8 model runs in under MIN_GAIN_MS at a glance keeps INT8 with no FP32 timing:
-FP32 cannot beat it by that much. Nodes of one shape and one set of attributes are timed once.
+FP32 cannot beat it by that much. The screen of a fast node ends after SCREEN_CALLS runs of its
+INT8 model rather than SCREEN's seconds: a tenth of a millisecond would otherwise be run a
+thousand times for a median that a hundred runs settle, and the SE gates of a small CNN are
+dozens of such nodes. Nodes of one shape and one set of attributes are timed once.
 Timings describe this machine only: the pipeline measures only when the target is this CPU's.
 """
 
@@ -39,7 +42,8 @@ TIMED_OPS = {"Conv", "Gemm", "MatMul"}
 MARGIN = 0.10  # FP32 must be this much faster (relative) to win ...
 MIN_GAIN_MS = 0.05  # ... and by at least this much per batch
 # (seconds, rounds, calls per block at least): a quick screen, and the measurement that confirms it
-MEASUREMENTS = ((0.2, 2, 2), (1.0, 4, 3))
+SCREEN, CONFIRMATION = (0.2, 2, 2), (1.0, 4, 3)
+SCREEN_CALLS = 100  # a screen stops sooner once the INT8 model has run this many times
 
 
 def slower_in_int8(
@@ -92,10 +96,13 @@ def _verdict(
     if not boundaries.uint8_in:
         x = x.astype(np.float32) - 128
     int8 = _one_node_model(node, shape, "int8", weights, boundaries)
-    if bench.glance_ms(int8, {"x": x}, threads) < MIN_GAIN_MS:
+    glance_ms = bench.glance_ms(int8, {"x": x}, threads)
+    if glance_ms < MIN_GAIN_MS:
         return None  # FP32 cannot be faster by MIN_GAIN_MS: it need not be timed
     models = {"int8": int8, "fp32": _one_node_model(node, shape, "fp32", weights, boundaries)}
-    for seconds, rounds, min_block in MEASUREMENTS:
+    seconds, rounds, min_block = SCREEN
+    screen = (min(seconds, SCREEN_CALLS * glance_ms / 1e3), rounds, min_block)
+    for seconds, rounds, min_block in (screen, CONFIRMATION):
         timed = bench.compare_sessions(models, {"x": x}, threads, seconds, rounds, min_block)
         int8_ms, fp32_ms = (timed[p]["latency_ms_p50"] for p in ("int8", "fp32"))
         if int8_ms <= fp32_ms * (1 + MARGIN) or int8_ms - fp32_ms < MIN_GAIN_MS:

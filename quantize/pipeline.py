@@ -52,6 +52,8 @@ WIN_MARGIN = 0.05  # the share of FP32's time an INT8 model must save to be kept
 # a first timing showing less saved than this is re-timed, twice as long, and that decides: on a
 # shared 2-core VM two timings minutes apart differed by 25 % (docs/zoo.md)
 CLOSE_CALL = 0.15
+# ... unless it shows INT8 this much slower than FP32: a loss 25 % of noise cannot turn into a win
+CLEAR_LOSS = 0.5
 
 
 @dataclass(frozen=True)
@@ -261,7 +263,8 @@ def keep_fp32_unless_faster(result: QuantizeResult, seconds: float = 2.0) -> Qua
     Per-node kernel timings cannot see what a whole small model pays for its Q/DQ conversions,
     and an INT8 model that buys no speed only costs accuracy. A shortfall under
     `kernel_timing.MIN_GAIN_MS` a batch is below timing resolution and keeps INT8. A first timing
-    that does not show INT8 CLOSE_CALL faster is a close call: a timing twice as long decides it.
+    that does not show INT8 CLOSE_CALL faster is a close call: a timing twice as long decides it,
+    unless it shows INT8 CLEAR_LOSS slower.
     Only for this machine's own target, with timing on; once only for one set of INT8 nodes
     (a lowering again, as a fallback makes, starts UNMEASURED)."""
     if result.speed_check != UNMEASURED:
@@ -270,7 +273,7 @@ def keep_fp32_unless_faster(result: QuantizeResult, seconds: float = 2.0) -> Qua
         return replace(result, speed_check="not measured: not this CPU's target, or timing off")
     models = {"fp32": result.fp32_model, "int8": result.model}
     fp32_ms, int8_ms = latencies_ms(result, models, seconds).values()
-    if _short_of_margin(fp32_ms, int8_ms, CLOSE_CALL):
+    if _short_of_margin(fp32_ms, int8_ms, CLOSE_CALL) and int8_ms < fp32_ms * (1 + CLEAR_LOSS):
         fp32_ms, int8_ms = latencies_ms(result, models, 2 * seconds).values()
     measured = (
         f"INT8 {fp32_ms / int8_ms:.2f}x the FP32 graph's speed "

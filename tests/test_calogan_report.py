@@ -57,7 +57,9 @@ def test_energy_range_models_route_each_shower_to_the_model_of_its_range(tmp_pat
 
     keras.utils.set_random_seed(0)
     onnx.save(keras_to_onnx(generator()), tmp_path / "g.onnx")
-    ranges = quantize_by_energy(tmp_path / "g.onnx", energy_edges(2, 2.0, 200.0), samples=64)
+    ranges = quantize_by_energy(
+        tmp_path / "g.onnx", energy_edges(2, 2.0, 200.0), samples=64, kernel_timing=False
+    )
     assert ranges.edges.tolist() == pytest.approx([2.0, 20.0, 200.0])
     np.testing.assert_array_equal(
         range_index(ranges.edges, np.array([1.0, 5.0, 19.5, 20.5, 150.0, 900.0])),
@@ -123,7 +125,7 @@ def generator_and_int8(tmp_path_factory):
     keras.utils.set_random_seed(0)
     fp32 = keras_to_onnx(generator())
     onnx.save(fp32, path)
-    z = latents(np.random.default_rng(0).uniform(50, 100, 256), seed=1)
+    z = latents(np.random.default_rng(0).uniform(50, 100, 128), seed=1)
     batches = [{"latent": z[i : i + 64]} for i in range(0, len(z), 64)]
     return (
         fp32,
@@ -160,7 +162,7 @@ def test_the_cell_correction_restores_fp32s_energy_from_an_excess_or_a_deficit_a
     brightened, dimmed = scaled(1.1), scaled(0.9)
     assert showers(brightened, z).sum() > 1.05 * target
     assert showers(dimmed, z).sum() < 0.95 * target
-    unseen = latents(np.random.default_rng(2).uniform(50, 100, 256), seed=3)
+    unseen = latents(np.random.default_rng(2).uniform(50, 100, 128), seed=3)
     target_unseen = showers(fp32, unseen).sum()
     for model in (brightened, dimmed):
         maps = output_cell_maps(fp32, model, z)
@@ -308,11 +310,11 @@ def test_a_generator_made_for_openvino_has_its_cells_corrected_as_openvino_compu
     fp32 = keras_to_onnx(generator())
     onnx.save(fp32, tmp_path / "g.onnx")
     edges = energy_edges(1, 50.0, 100.0)
-    model = quantize_by_energy(tmp_path / "g.onnx", edges, samples=256, runtime="openvino").models[
+    model = quantize_by_energy(tmp_path / "g.onnx", edges, samples=128, runtime="openvino").models[
         0
     ]
     assert Recipe.from_model(model).runtime == "openvino"
-    z = range_latents(edges, 0, 256)  # the latents its cell maps were fitted on
+    z = range_latents(edges, 0, 128)  # the latents its cell maps were fitted on
     showers = onnx_source(model)(z, None)  # in the runtime its recipe names
     np.testing.assert_array_equal(showers, onnx_source(model, runtime="openvino")(z, None))
     assert showers.sum() == pytest.approx(onnx_source(fp32)(z, None).sum(), rel=1e-3)

@@ -146,3 +146,22 @@ def test_the_timed_int8_model_fuses_into_an_integer_kernel_and_the_fp32_one_does
     assert int8["int8"] == {"QLinearConv" if op_type == "Conv" else "QGemm": 1}
     assert int8["float"] == {}
     assert fp32["int8"] == {} and fp32["float"].get(op_type) == 1
+
+
+def test_a_fast_node_is_screened_for_a_hundred_runs_and_confirmed_for_the_full_time(
+    net, monkeypatch
+):
+    seconds = []  # of each measurement, in turn: every node is screened, then confirmed
+
+    def compare_sessions(models, feeds, threads, timed_seconds, rounds, min_block):
+        seconds.append(timed_seconds)
+        return {"int8": {"latency_ms_p50": 1.5}, "fp32": {"latency_ms_p50": 1.0}}
+
+    monkeypatch.setattr(kernel_timing.bench, "compare_sessions", compare_sessions)
+    fast_screen = kernel_timing.SCREEN_CALLS * 0.1 / 1e3  # 100 runs of 0.1 ms
+    for glance_ms, screen_seconds in ((0.1, fast_screen), (10.0, kernel_timing.SCREEN[0])):
+        monkeypatch.setattr(kernel_timing.bench, "glance_ms", lambda *_, ms=glance_ms: ms)
+        seconds.clear()
+        quantize(*net, Recipe())
+        assert seconds and seconds[0::2] == pytest.approx([screen_seconds] * (len(seconds) // 2))
+        assert seconds[1::2] == [kernel_timing.CONFIRMATION[0]] * (len(seconds) // 2)

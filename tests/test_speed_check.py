@@ -10,6 +10,7 @@ from graphs import conv_net, images, outlier_mlp
 from quantize import Recipe, RunOptions, bias_correction, pipeline, quantize
 from quantize.kernel_timing import MIN_GAIN_MS
 from quantize.pipeline import (
+    CLEAR_LOSS,
     CLOSE_CALL,
     UNMEASURED,
     WHOLE_FP32,
@@ -49,7 +50,7 @@ def test_an_int8_model_slower_than_fp32_goes_back_to_fp32_whole_with_its_reason(
     result, monkeypatch
 ):
     assert any(d.precision == "int8" for d in result.decisions)
-    _timed(monkeypatch, 1.6, 1.25)
+    _timed(monkeypatch, 1.25, 1.25)
     checked = keep_fp32_unless_faster(result)
     assert "0.80x" in checked.speed_check and checked.speed_check.endswith(WHOLE_FP32)
     assert all(d.precision == "fp32" for d in checked.decisions)
@@ -72,7 +73,9 @@ def test_an_int8_model_at_fp32s_speed_buys_nothing_and_goes_back_to_fp32(result,
     assert keep_fp32_unless_faster(result).model is result.model
 
 
-def test_a_close_call_is_decided_by_a_second_longer_timing(result, monkeypatch):
+def test_a_close_call_is_decided_by_a_second_longer_timing_and_a_clear_one_by_the_first(
+    result, monkeypatch
+):
     close = 1.0 - (CLOSE_CALL + WIN_MARGIN) / 2  # faster by more than the margin, less than clearly
     _timed(monkeypatch, close, 1.0)
     checked = keep_fp32_unless_faster(result)
@@ -81,6 +84,8 @@ def test_a_close_call_is_decided_by_a_second_longer_timing(result, monkeypatch):
     assert keep_fp32_unless_faster(result).model is result.model
     _timed(monkeypatch, 1.0 - CLOSE_CALL - 0.01)  # clearly faster: one timing
     assert keep_fp32_unless_faster(result).model is result.model
+    _timed(monkeypatch, 1.0 + CLEAR_LOSS + 0.01)  # clearly slower: one timing
+    assert keep_fp32_unless_faster(result).speed_check.endswith(WHOLE_FP32)
 
 
 def test_int8_is_kept_when_faster_short_by_less_than_timing_resolves_or_faster_again(

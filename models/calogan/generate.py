@@ -230,6 +230,7 @@ def quantize_by_energy(
     runtime: str = "onnxruntime",
     target: str = "auto",
     speed_check: bool = False,
+    kernel_timing: bool = True,
 ) -> EnergyRangeModels:
     """One INT8 model per energy range, each calibrated on latents of its range and, with
     `correct_cells`, its output cells corrected towards FP32's on `samples` of them. The ranges
@@ -240,9 +241,11 @@ def quantize_by_energy(
     the CPU's INT8 path they are made for (quantize/target.py; auto: this one's). With
     `speed_check`, a range whose INT8 model, cells corrected, is not faster than FP32 on this CPU
     keeps FP32 (quantize.keep_fp32_unless_faster; on AVX2 the correction and the wide output
-    convolutions cost part of INT8's gain)."""
+    convolutions cost part of INT8's gain). `kernel_timing` as the recipe takes it."""
     model = onnx.load(fp32_path)
-    recipe = Recipe.generator(ir.from_proto(model), runtime=runtime, target=target)
+    recipe = Recipe.generator(
+        ir.from_proto(model), runtime=runtime, target=target, kernel_timing=kernel_timing
+    )
     results = []
     for i in range(len(edges) - 1):
         z = range_latents(edges, i, samples, seed)
