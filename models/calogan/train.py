@@ -134,6 +134,9 @@ def _train_steps(
         keras.optimizers.RMSprop(recipe.learning_rate),
         keras.optimizers.RMSprop(recipe.learning_rate),
     )
+    # Slots built before the first step: else tf.function traces it twice, once to create them.
+    g_opt.build(gen.trainable_variables)
+    d_opt.build(disc.trainable_variables)
 
     @tf.function
     def step(images, energy, expected_sum):

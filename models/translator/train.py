@@ -102,6 +102,9 @@ def train(
         from_logits=True, label_smoothing=recipe.label_smoothing, reduction="none"
     )
 
+    # Slots built before the first step: else tf.function traces it twice, once to create them.
+    optimizer.build(model.trainable_variables)
+
     @tf.function(input_signature=[tf.TensorSpec((None, None), tf.int32)] * 2, reduce_retracing=True)
     def step(source, target):
         decoder_in, labels = target[:, :-1], target[:, 1:]
