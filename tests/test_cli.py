@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import onnx
@@ -164,8 +165,10 @@ def _bad(tmp_path, conv_model, calib_npz):
 
 def test_bad_input_gets_one_clear_line(tmp_path, conv_model, calib_npz):
     model_digest, calib_digest = _digest(conv_model), _digest(calib_npz)
-    for args, expected in _bad(tmp_path, conv_model, calib_npz):
-        run = quantize(*args)
+    cases = _bad(tmp_path, conv_model, calib_npz)
+    with ThreadPoolExecutor(len(os.sched_getaffinity(0))) as pool:  # each run is mostly imports
+        runs = list(pool.map(lambda case: quantize(*case[0]), cases))
+    for (args, expected), run in zip(cases, runs):
         lines = run.stderr.strip().splitlines()
         assert run.returncode == 2, (args, run.stderr)
         assert len(lines) == 1 and "Traceback" not in run.stderr, run.stderr
