@@ -100,8 +100,7 @@ def _verdict(
     if glance_ms < MIN_GAIN_MS:
         return None  # FP32 cannot be faster by MIN_GAIN_MS: it need not be timed
     models = {"int8": int8, "fp32": _one_node_model(node, shape, "fp32", weights, boundaries)}
-    seconds, rounds, min_block = SCREEN
-    screen = (min(seconds, SCREEN_CALLS * glance_ms / 1e3), rounds, min_block)
+    screen = (min(SCREEN[0], SCREEN_CALLS * glance_ms / 1e3), *SCREEN[1:])
     for seconds, rounds, min_block in (screen, CONFIRMATION):
         timed = bench.compare_sessions(models, {"x": x}, threads, seconds, rounds, min_block)
         int8_ms, fp32_ms = (timed[p]["latency_ms_p50"] for p in ("int8", "fp32"))

@@ -52,7 +52,7 @@ WIN_MARGIN = 0.05  # the share of FP32's time an INT8 model must save to be kept
 # a first timing showing less saved than this is re-timed, twice as long, and that decides: on a
 # shared 2-core VM two timings minutes apart differed by 25 % (docs/zoo.md)
 CLOSE_CALL = 0.15
-# ... unless it shows INT8 this much slower than FP32: a loss 25 % of noise cannot turn into a win
+# ... unless it shows INT8 this much slower than FP32: a 25 % drift cannot make that a win
 CLEAR_LOSS = 0.5
 
 
