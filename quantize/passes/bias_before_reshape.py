@@ -9,7 +9,7 @@ keeps that axis, so the Add moves before it and `MatMulToGemmPass` fuses it.
 
 import onnx_ir as ir
 
-from quantize.passes.rewrite import FusionPass, add_initializer
+from quantize.passes.rewrite import FusionPass, add_initializer, read_once
 
 
 class BiasBeforeReshapePass(FusionPass):
@@ -23,9 +23,9 @@ class BiasBeforeReshapePass(FusionPass):
             return None
         for reshaped, bias in (add.inputs, add.inputs[::-1]):
             reshape = reshaped.producer() if reshaped is not None else None
-            if reshape is None or reshape.op_type != "Reshape" or len(reshaped.uses()) != 1:
+            if reshape is None or reshape.op_type != "Reshape" or not read_once(reshaped):
                 continue
-            if reshaped.is_graph_output() or not _from_weighted_2d(reshape.inputs[0]):
+            if not _from_weighted_2d(reshape.inputs[0]):
                 continue
             if _vector_of(bias, reshaped, reshape.inputs[0].shape[-1]):
                 return reshape, bias

@@ -6,7 +6,7 @@ ONNX Runtime runs a Q/DQ-wrapped Pad in float; a Conv's own `pads` cost nothing.
 import numpy as np
 import onnx_ir as ir
 
-from quantize.passes.rewrite import FusionPass, int_list, uses_auto_pad
+from quantize.passes.rewrite import FusionPass, int_list, read_once, uses_auto_pad
 
 
 def _zero_pad(node: ir.Node) -> np.ndarray | None:
@@ -48,11 +48,7 @@ class FoldPadIntoConvPass(FusionPass):
             transpose, perm = source, list(source.attributes["perm"].value)
             source = source.inputs[0].producer()
         pads = _zero_pad(source)
-        if (
-            pads is None
-            or len(source.outputs[0].uses()) != 1
-            or source.outputs[0].is_graph_output()
-        ):
+        if pads is None or not read_once(source.outputs[0]):
             return None
         rank = len(pads) // 2
         perm = perm or list(range(rank))

@@ -9,7 +9,7 @@ Q/DQ fusions run, and the weights would be dequantized at every run.
 
 import onnx_ir as ir
 
-from quantize.passes.rewrite import FusionPass, add_initializer, replace_nodes
+from quantize.passes.rewrite import FusionPass, add_initializer, read_once, replace_nodes
 
 
 class MatMulToGemmPass(FusionPass):
@@ -24,12 +24,7 @@ class MatMulToGemmPass(FusionPass):
             return None
         for product, bias in (add.inputs, add.inputs[::-1]):
             matmul = product.producer() if product is not None else None
-            if (
-                matmul is None
-                or matmul.op_type != "MatMul"
-                or len(product.uses()) != 1
-                or product.is_graph_output()
-            ):
+            if matmul is None or matmul.op_type != "MatMul" or not read_once(product):
                 continue
             if not _is_weight_matmul_2d(matmul):
                 continue
