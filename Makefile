@@ -33,10 +33,12 @@ demo demo-full: setup
 	$(BIN)/quantize $(CACHE)/$(RESNET50)/resnet50.onnx --calib $(CACHE)/$(RESNET50)/calib.npz \
 		-o resnet50.int8.onnx --report resnet50-report.html --evaluate resnet50
 
+# The suite runs in a worker process per logical CPU (pytest-xdist), a test file at a time, so that a
+# module's fixtures (a tiny trained model) are built once.
 test: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/python -m pytest -q --durations=15
+	$(BIN)/python -m pytest -q -n logical --dist loadfile --durations=15
 
 # AMD Quark, a rival in the ResNet-50 benchmark, pins older onnx and onnxruntime than this
 # project: it gets a virtualenv of its own (benchmarks/quark_child.py runs in it).
