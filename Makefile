@@ -33,8 +33,8 @@ demo demo-full: setup
 	$(BIN)/quantize $(CACHE)/$(RESNET50)/resnet50.onnx --calib $(CACHE)/$(RESNET50)/calib.npz \
 		-o resnet50.int8.onnx --report resnet50-report.html --evaluate resnet50
 
-# The suite runs in a worker process per logical CPU (pytest-xdist), a test file at a time, so that a
-# module's fixtures (a tiny trained model) are built once.
+# The suite runs in a worker process per logical CPU (pytest-xdist), a test file at a time, so
+# that a module's fixtures (a tiny trained model) are built once.
 test: setup
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
