@@ -70,7 +70,6 @@ def build(recipe: TrainRecipe = TrainRecipe(), out_dir: Path | None = None, log=
     import keras
 
     from models.fit_progress import TrainingProgress
-    from models.resnet50.network import resnet50
     from quantize.frontend.tensorflow import keras_to_onnx
 
     train_x, train_y = data.load_split("train")
@@ -81,16 +80,11 @@ def build(recipe: TrainRecipe = TrainRecipe(), out_dir: Path | None = None, log=
         recipe = _within_budget(recipe, x, train_y, log)
     trained_on = x[: recipe.train_samples], train_y[: recipe.train_samples]
     keras.utils.set_random_seed(recipe.seed)
-    model = resnet50(stages=recipe.stages, width=recipe.width, bn_momentum=recipe.bn_momentum)
     per_epoch = int(np.ceil(len(trained_on[0]) / recipe.batch))
     schedule = keras.optimizers.schedules.CosineDecay(
         recipe.learning_rate, recipe.epochs * per_epoch
     )
-    model.compile(
-        keras.optimizers.Adam(schedule),
-        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        metrics=["accuracy"],
-    )
+    model = _compiled(recipe, schedule, metrics=["accuracy"])
     start = time.perf_counter()
     model.fit(
         _augmented(*trained_on, recipe),
@@ -122,15 +116,7 @@ def build(recipe: TrainRecipe = TrainRecipe(), out_dir: Path | None = None, log=
 def _within_budget(recipe: TrainRecipe, x: np.ndarray, y: np.ndarray, log) -> TrainRecipe:
     """The recipe with as many training images as this CPU trains in `recipe.minutes`, paced on
     a few steps of a throwaway model of the same size."""
-    import keras
-
-    from models.resnet50.network import resnet50
-
-    probe = resnet50(stages=recipe.stages, width=recipe.width, bn_momentum=recipe.bn_momentum)
-    probe.compile(
-        keras.optimizers.Adam(recipe.learning_rate),
-        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-    )
+    probe = _compiled(recipe, recipe.learning_rate)
     batch = (x[: recipe.batch], y[: recipe.batch])
     probe.train_on_batch(*batch)  # traced here, not timed
     start = time.perf_counter()
@@ -143,6 +129,21 @@ def _within_budget(recipe: TrainRecipe, x: np.ndarray, y: np.ndarray, log) -> Tr
         f"at {seconds_per_step:.2f} s a step on this CPU"
     )
     return replace(recipe, train_samples=samples)
+
+
+def _compiled(recipe: TrainRecipe, learning_rate, metrics=()):
+    """The recipe's ResNet-50, compiled for training at `learning_rate` (a rate or a schedule)."""
+    import keras
+
+    from models.resnet50.network import resnet50
+
+    model = resnet50(stages=recipe.stages, width=recipe.width, bn_momentum=recipe.bn_momentum)
+    model.compile(
+        keras.optimizers.Adam(learning_rate),
+        keras.losses.SparseCategoricalCrossentropy(from_logits=True),
+        metrics=list(metrics),
+    )
+    return model
 
 
 def images_within(recipe: TrainRecipe, seconds_per_step: float) -> int:
