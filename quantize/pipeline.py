@@ -68,8 +68,10 @@ class Calibration:
     histograms: dict
     samples: int
     seconds: float
-    # Conv -> what its bias drops, applied by every lowering (quantize/bias_correction.py)
+    # Conv -> what its bias drops, applied by every lowering (quantize/bias_correction.py), and
+    # the calibration rows that measured it, to measure it again for other weights
     bias_shifts: dict = field(default_factory=dict)
+    bias_batch: dict = field(default_factory=dict, repr=False)
 
 
 @dataclass(frozen=True)
@@ -231,7 +233,8 @@ def _correct_biases(result: QuantizeResult, batch: dict) -> QuantizeResult:
         return replace(result, bias_correction="no INT8 Conv with a bias")
 
     def with_shifts(shifts: dict) -> QuantizeResult:
-        return replace(result, calibration=replace(result.calibration, bias_shifts=shifts))
+        calibration = replace(result.calibration, bias_shifts=shifts, bias_batch=batch)
+        return replace(result, calibration=calibration)
 
     shifts = bias_correction.bias_shifts(
         convs,
@@ -318,13 +321,21 @@ def latencies_ms(
 
 
 def with_weights(result: QuantizeResult, weights: str) -> QuantizeResult:
-    """The same calibration lowered again with another weight format, the same nodes in FP32."""
+    """The same calibration lowered again with another weight format, the same nodes in FP32.
+    A bias shift is the mean error of the weights it was measured with (int7's shifts left the
+    PP-OCRv4 recogniser's uint8 twin worse than none): where `result` kept its bias
+    corrections, they are measured again for `weights`."""
     fp32 = {
         d.name: d.reason
         for d in result.decisions
         if d.precision == "fp32" and d.name in result.calibration.selection.int8
     }
-    return _relower(result, replace(result.recipe, weights=weights), fp32)
+    calibration = result.calibration
+    unshifted = replace(result, calibration=replace(calibration, bias_shifts={}))
+    lowered = _relower(unshifted, replace(result.recipe, weights=weights), fp32)
+    if not calibration.bias_shifts:
+        return lowered
+    return _correct_biases(lowered, calibration.bias_batch)
 
 
 def _relower(result: QuantizeResult, recipe: Recipe, fallback: dict[str, str]) -> QuantizeResult:

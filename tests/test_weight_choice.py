@@ -51,6 +51,19 @@ def test_uint8_is_the_same_calibration_with_all_8_bits_and_is_more_accurate(int7
     assert min(uint8.output_sqnr_db.values()) > min(int7.output_sqnr_db.values()) + 3
 
 
+def test_uint8_measures_its_own_bias_corrections(int7):
+    """A bias shift is the mean error of the weights it was measured with: int7's would
+    mis-correct uint8, whose rounding differs."""
+    assert int7.calibration.bias_shifts and int7.bias_correction.endswith(": kept")
+    uint8 = with_weights(int7, "uint8")
+    assert "Conv biases corrected" in uint8.bias_correction
+    assert uint8.calibration.bias_shifts.keys() <= int7.calibration.bias_shifts.keys()
+    assert not all(
+        np.allclose(shift, int7.calibration.bias_shifts[conv])
+        for conv, shift in uint8.calibration.bias_shifts.items()
+    )
+
+
 def test_the_choice_starts_from_int7(int7):
     goal, asked = _stated({"uint8": (25.0, 25.0, [])})
     with pytest.raises(ValueError, match="starts from int7 weights .* this model has uint8"):
