@@ -33,7 +33,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnxio import ObservingSession
 from quantize import bench
-from quantize.passes.insert_qdq import weight_channel_axis
+from quantize.passes.insert_qdq import weight_channel_axis, weight_format
 from quantize.policy import FLOAT_OUTPUT_FUSIONS, fed_by_int8, read_by_int8
 from quantize.qparams import quantize_bias, quantize_weight
 from quantize.target import WeightFormat
@@ -138,7 +138,7 @@ def _one_node_model(
             arrays["b"] = bias
     else:
         axis = weight_channel_axis(node, weight)
-        q, scale, zero_point = quantize_weight(weight, axis, weights)
+        q, scale, zero_point = quantize_weight(weight, axis, weight_format(node, weight, weights))
         arrays.update(w_q=q, w_scale=scale, w_zero=zero_point)
         nodes = [
             *_input_nodes(precision, boundaries.uint8_in),

@@ -17,7 +17,9 @@ Weights come in three formats (`WEIGHT_FORMATS`):
            multiplying: all 8 bits, exact on every CPU, slower than U8S8
 
 `vnni` and `amx` models use int8. An `avx2` model uses int7 or uint8, chosen per model
-(quantize/weight_choice.py): int7 is faster, uint8 more accurate.
+(quantize/weight_choice.py): int7 is faster, uint8 more accurate. A depthwise Conv's int7
+weights are full int8: MLAS's depthwise kernel widens to int16 before it multiplies
+(quantize/passes/insert_qdq.py, `weight_format`).
 
 The path is read from CPUID, as MLAS reads it (so a CPU emulated by qemu reports the emulated
 path, where /proc/cpuinfo would report the host's), and confirmed by a behavioural probe: a

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from graphs import conv_net, images, skip_outside_ci
 from onnx import TensorProto, helper, numpy_helper
@@ -21,17 +22,18 @@ from quantize.validate import sqnr_db
 AS_CPU = Path(__file__).resolve().parents[2] / "shared" / "tools" / "as-cpu"
 
 
-def saturating_net() -> onnx.ModelProto:
+def saturating_net(group: int = 1, out_channels: int = 8) -> onnx.ModelProto:
     """A Conv of same-signed weights over inputs in [0, 1]: with full-range int8 weights, most
     pairs of u8 x s8 products exceed an int16, so a saturating kernel visibly goes wrong."""
     rng = np.random.default_rng(3)
-    conv = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], name="conv")
+    weight = rng.uniform(0.6, 1.0, (out_channels, 16 // group, 3, 3)).astype(np.float32)
+    conv = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], group=group, name="conv")
     graph = helper.make_graph(
         [conv],
         "saturating",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16, 8, 8])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8, 8, 8])],
-        [numpy_helper.from_array(rng.uniform(0.6, 1.0, (8, 16, 3, 3)).astype(np.float32), "w")],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", out_channels, 8, 8])],
+        [numpy_helper.from_array(weight, "w")],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
@@ -105,6 +107,21 @@ def test_a_model_keeps_its_weight_format_and_records_it_with_the_target(
     assert metadata["quantize.target"] == recorded["target"] == made_for
     assert metadata["quantize.weights"] == recorded["weights"] == result.recipe.weights != "auto"
     assert min(result.output_sqnr_db.values()) > 25
+
+
+def test_only_a_depthwise_conv_keeps_full_int8_weights_in_an_avx2_model(tmp_path):
+    """MLAS's depthwise kernel (one input and one output channel per group) widens to int16
+    before it multiplies; a grouped Conv with two outputs per group runs as GEMMs, which
+    saturate."""
+    np.save(
+        tmp_path / "x.npy",
+        np.random.default_rng(0).uniform(0, 1, (32, 16, 8, 8)).astype(np.float32),
+    )
+    for out_channels, peak in ((16, 127), (32, 64)):
+        onnx.save(saturating_net(group=16, out_channels=out_channels), str(tmp_path / "g.onnx"))
+        recipe = Recipe(target="avx2", kernel_timing=False)
+        model = quantize(tmp_path / "g.onnx", tmp_path / "x.npy", recipe).model
+        assert max(np.abs(w).max() for w in quantized_weights(model)) == peak
 
 
 def test_auto_is_this_machines_target(conv_model, calib_npz):
@@ -196,13 +213,16 @@ def test_under_avx2_emulation_the_avx2_model_is_exact_and_a_vnni_model_is_caught
     onnx.save(saturating_net(), str(tmp_path / "s.onnx"))
     x = np.random.default_rng(0).uniform(0, 1, (32, 16, 8, 8)).astype(np.float32)
     np.save(tmp_path / "x.npy", x)
+    onnx.save(saturating_net(group=16, out_channels=16), str(tmp_path / "depthwise.onnx"))
     recipes = {
         "avx2": Recipe(target="avx2", kernel_timing=False),
         "avx2_uint8": Recipe(target="avx2", weights="uint8", kernel_timing=False),
         "vnni": Recipe(target="vnni", kernel_timing=False),
+        "avx2_depthwise": Recipe(target="avx2", kernel_timing=False),
     }
     for name, recipe in recipes.items():
-        model = quantize(tmp_path / "s.onnx", tmp_path / "x.npy", recipe).model
+        source = tmp_path / ("depthwise.onnx" if name == "avx2_depthwise" else "s.onnx")
+        model = quantize(source, tmp_path / "x.npy", recipe).model
         onnx.save(model, str(tmp_path / f"{name}.onnx"))
     run = subprocess.run(
         [
@@ -235,3 +255,12 @@ def test_under_avx2_emulation_the_avx2_model_is_exact_and_a_vnni_model_is_caught
     assert sqnr_db(reference, out["avx2_uint8"]) > exact  # all 8 bits, and exact
     assert sqnr_db(reference, out["vnni"]) < exact - 10  # saturated
     assert sqnr_db(reference, out["vnni_runtime"]) > 30
+    # int7 guards the GEMM kernels only: a depthwise Conv's full-range int8 weights are exact
+    depthwise = onnx.load(str(tmp_path / "avx2_depthwise.onnx"))
+    assert max(np.abs(w).max() for w in quantized_weights(depthwise)) == 127
+    in_float = ort.SessionOptions()
+    in_float.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    unfused = ort.InferenceSession(
+        str(tmp_path / "avx2_depthwise.onnx"), in_float, providers=["CPUExecutionProvider"]
+    ).run(None, {"x": x})[0]  # DequantizeLinear, float Conv, QuantizeLinear: no integer kernel
+    assert sqnr_db(unfused, out["avx2_depthwise"]) > 40

@@ -3,7 +3,8 @@
 For each planned node: float activation inputs and outputs get a uint8 Q -> DQ pair (one per
 tensor, shared by all consumers); the weight becomes an initializer in the plan's weight format
 (int8, or uint8 around 128) with per-channel scales behind a DequantizeLinear; the bias becomes
-int32 at scale s_input * s_weight.
+int32 at scale s_input * s_weight. A depthwise Conv's int7 weights take all of int8's levels:
+their kernel cannot saturate (`weight_format`).
 """
 
 import numpy as np
@@ -19,6 +20,7 @@ from quantize.qparams import (
     quantize_constant,
     quantize_weight,
 )
+from quantize.target import WEIGHT_FORMATS, WeightFormat
 
 # ORT's WeightBiasQuantization rounds the float weight of these ops to per-tensor full-range int8
 # when their input comes from a DequantizeLinear with one scale: an FP32 node of this kind reads a
@@ -198,7 +200,10 @@ class InsertQDQPass(ir.passes.InPlacePass):
         weight = value.const_value.numpy()
         axis = weight_channel_axis(node, weight)
         q, scale, zero_point = quantize_weight(
-            weight, axis, self.plan.weights, self._bias_floor(node, weight, axis, source)
+            weight,
+            axis,
+            weight_format(node, weight, self.plan.weights),
+            self._bias_floor(node, weight, axis, source),
         )
         self._weight_scales[node.name] = scale
         return self._dequantize_constant(
@@ -264,6 +269,16 @@ class InsertQDQPass(ir.passes.InPlacePass):
         dq.outputs[0].type, dq.outputs[0].shape = like.type, like.shape
         graph.insert_before(graph.node(0), dq)
         return dq.outputs[0]
+
+
+def weight_format(node: ir.Node, weight: np.ndarray, fmt: WeightFormat) -> WeightFormat:
+    """`fmt`, but full int8 in place of int7 for a depthwise Conv (one input and one output
+    channel per group): MLAS runs it in its own kernel, which widens u8 and s8 to int16 before
+    it multiplies, on every x86 path, so no pair of products saturates (int7 guards the GEMM
+    kernels' int16 pairs)."""
+    group = node.attributes["group"].value if "group" in node.attributes else 1
+    depthwise = node.op_type == "Conv" and group > 1 and weight.shape[:2] == (group, 1)
+    return WEIGHT_FORMATS["int8"] if depthwise and fmt.name == "int7" else fmt
 
 
 def weight_channel_axis(node: ir.Node, weight: np.ndarray) -> int | None:
