@@ -100,7 +100,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--weights",
         choices=["auto", *WEIGHT_FORMATS],
-        help="weight format: int8 (full range; vnni and amx), int7 (int8 within +-64: exact and fast on avx2), "
+        help="weight format: int8 (full range; vnni and amx), int7 (int8 within +-64, depthwise Convs "
+        "full range: exact and fast on avx2), "
         "uint8 (all 8 bits, exact everywhere, ONNX Runtime's slower U8U8 kernels); auto = int8 for vnni and amx, "
         "and for avx2 int7, or uint8 where int7 misses the accuracy goal and uint8 buys it (default: the recipe's, auto)",
     )
