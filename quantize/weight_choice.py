@@ -6,8 +6,10 @@ int7 misses the accuracy goal is uint8 tried, from the same calibration, and it 
 the goal only if, with every node INT8, it scores above int7: where the 8th weight bit buys
 nothing the error comes from elsewhere (activations, weights beyond the calibrated range), and
 uint8's one-node trials would only repeat int7's at a slower speed. Each format is brought to
-the goal by the same fallback (nodes back to FP32). uint8 is kept only where it buys the
-goal: if only uint8 meets it, uint8; if neither does, int7, the faster (a slower model that
+the goal by the same fallback (nodes back to FP32), uint8 only where int7's found a node worth
+its step: finer weights only shrink what a node in FP32 buys back, so where no node was worth
+it under int7, none is under uint8, and uint8 is scored whole. uint8 is kept only where it buys
+the goal: if only uint8 meets it, uint8; if neither does, int7, the faster (a slower model that
 still misses buys nothing the user asked for); if both do, the faster here, timed as the speed
 check times, or, when the model is not for this CPU or timing is off, the one with fewer nodes
 back in FP32 (int7 on a tie). Nodes that int7's kernel timing kept FP32 stay FP32 in the
@@ -48,7 +50,7 @@ def choose_weights(result: QuantizeResult, goal: Goal) -> Fallback:
             f"scored {whole_uint8.score_before:.4g} with every node INT8, no better than int7's "
             f"{int7.score_before:.4g}: not tried further",
         )
-    uint8 = whole_uint8 if whole_uint8.met else goal(whole_uint8.result)
+    uint8 = whole_uint8 if whole_uint8.met or not int7.fp32_nodes else goal(whole_uint8.result)
     scores = f"int7 {_score(int7)}, uint8 {_score(uint8)}"
     if int7.met and uint8.met:
         return _faster(int7, uint8, scores)

@@ -127,6 +127,16 @@ def test_uint8_no_better_than_int7_with_every_node_int8_is_not_brought_to_the_go
     assert _weights(choose_weights(int7, goal)) == "uint8" and asked == ["int7", "uint8"]
 
 
+def test_uint8_gets_no_fallback_where_int7_found_no_node_worth_its_step(int7):
+    """Finer weights only shrink what a node in FP32 buys back: uint8 is scored whole."""
+    goal, asked = _stated({"int7": (12.0, 12.0, []), "uint8": (15.0, 30.0, ["conv2"])})
+    found = choose_weights(int7, goal)
+    assert asked == ["int7"] and _weights(found) == "int7"
+    assert found.result.weight_choice == (
+        "neither met the accuracy goal (int7 12, uint8 15): int7, the faster"
+    )
+
+
 def test_when_both_meet_it_untimed_the_one_with_fewer_fp32_nodes_wins(int7):
     """int7 reaching the goal only with nodes back in FP32 against uint8 reaching it whole; the
     model is not timed (kernel timing off), so the count decides, int7 on a tie."""
