@@ -322,9 +322,8 @@ def latencies_ms(
 
 def with_weights(result: QuantizeResult, weights: str) -> QuantizeResult:
     """The same calibration lowered again with another weight format, the same nodes in FP32.
-    A bias shift is the mean error of the weights it was measured with (int7's shifts left the
-    PP-OCRv4 recogniser's uint8 twin worse than none): where `result` kept its bias
-    corrections, they are measured again for `weights`."""
+    A bias shift is the mean error of the weights it was measured with: where `result` kept its
+    bias corrections, they are measured again for `weights`."""
     fp32 = {
         d.name: d.reason
         for d in result.decisions

@@ -276,7 +276,7 @@ def weight_format(node: ir.Node, weight: np.ndarray, fmt: WeightFormat) -> Weigh
     channel per group): MLAS runs it in its own kernel, which widens u8 and s8 to int16 before
     it multiplies, on every x86 path, so no pair of products saturates (int7 guards the GEMM
     kernels' int16 pairs)."""
-    group = node.attributes["group"].value if "group" in node.attributes else 1
+    group = node.attributes.get_int("group", 1)
     depthwise = node.op_type == "Conv" and group > 1 and weight.shape[:2] == (group, 1)
     return WEIGHT_FORMATS["int8"] if depthwise and fmt.name == "int7" else fmt
 
