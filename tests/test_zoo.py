@@ -60,3 +60,16 @@ def test_a_rivals_fidelity_is_marked_against_the_target_or_says_how_the_rival_fa
     }
     assert rival_fidelity(record, "ort_dynamic") == "0.9922 misses"
     assert rival_fidelity(record, "ort_static") == "does not run: InvalidGraph"
+
+
+def test_ours_made_for_openvino_is_marked_where_its_speed_check_kept_it_fp32():
+    kept = f"the INT8 model was not 5% faster than FP32 here (... in openvino): {WHOLE_FP32}"
+    records = [
+        {
+            "fidelity_detail": {"int8_openvino": {"value": 1.0, "meets": True}},
+            "rivals": {"int8_openvino": {"status": "ok", "speed_check": check}},
+        }
+        for check in (kept, "INT8 1.30x the FP32 graph's speed (... in openvino): INT8 kept")
+    ]
+    assert rival_fidelity(records[0], "int8_openvino") == "1.0000 meets (FP32 kept)"
+    assert rival_fidelity(records[1], "int8_openvino") == "1.0000 meets"
