@@ -233,7 +233,8 @@ def quantize_by_energy(
     kernel_timing: bool = True,
 ) -> EnergyRangeModels:
     """One INT8 model per energy range, each calibrated on latents of its range and, with
-    `correct_cells`, its output cells corrected towards FP32's on `samples` of them. The ranges
+    `correct_cells`, its output cells corrected towards FP32's on `samples` of them (FP32's as the
+    cleaned graph computes them: the exported one computes the same several times slower). The ranges
     are calibrated on the first CALIBRATION_SAMPLES (more were no better, ad hoc); the cell
     correction needs all: 4096 latents halved the m2_x separation that 1024 left at 50 GeV (ad hoc,
     one map per range; now each half of the range's latents gets its own map). `runtime` is
@@ -257,7 +258,7 @@ def quantize_by_energy(
             RunOptions(threads=threads),
         )
         if correct_cells:
-            maps = output_cell_maps(model, result.model, z, threads, runtime)
+            maps = output_cell_maps(result.fp32_model, result.model, z, threads, runtime)
             result = replace(result, model=maps.replace_relu(result.model))
         if speed_check:
             result = keep_fp32_unless_faster(result)
