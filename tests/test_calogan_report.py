@@ -242,6 +242,20 @@ def test_halo_cells_get_the_hits_of_fp32_that_a_bias_alone_would_lose_and_the_co
     )
 
 
+def test_a_far_cell_that_int8_rarely_lights_is_not_scaled_up_to_fp32s_mean():
+    from models.calogan.cell_maps import MAX_GAIN, _cell_corrections, apply_cell_map
+
+    threshold = HIT_THRESHOLD_GEV * CELL_SCALE
+    int8 = np.full((4096, 1), -threshold)
+    int8[0] = threshold  # one shower in 4096 lights it
+    target = np.array([threshold])  # FP32 lights it in every shower: gain 4096 would match
+    gain, bias = _cell_corrections(int8, target, steps=24)
+    assert gain[0] == MAX_GAIN and bias[0] == 0
+    assert apply_cell_map(int8[:1], [-bias / gain], [gain])[0, 0] == pytest.approx(
+        MAX_GAIN * threshold
+    )
+
+
 def test_maps_blended_by_the_latent_norm_follow_the_energy_across_a_range_where_one_map_drifts():
     from models.calogan.cell_maps import _single_map, apply_cell_map, fit_cell_maps
 

@@ -6,8 +6,8 @@ cells empty and widens the showers; its spread per cell is comparable to the 0.2
 threshold, so it also decides which cells are hit. Halo cells (hit in HALO_HIT_PROBABILITY of
 FP32's showers) are mapped quantile to quantile onto FP32's energies in that cell: their hits
 and spectrum follow FP32. The core and the far field, where quantiles are unstable (the
-shower's own fluctuations; a few hits in thousands), keep a bias (excess) or a gain (deficit),
-exact because ReLU(g x) = g ReLU(x) for g > 0.
+shower's own fluctuations; a few hits in thousands), keep a bias (excess) or a gain (deficit,
+at most MAX_GAIN), exact because ReLU(g x) = g ReLU(x) for g > 0.
 
 Why two maps blended by the latent's norm: one map fitted on a whole range's latents is right
 on the range's average and drifts across it (measured on the 188-307 GeV model: sampling
@@ -29,6 +29,10 @@ QUANTILE_LEVELS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.97)
 # The halves' mean norms lie about a quarter of the range in from its ends (blend -0.5 and 1.5
 # there); a latent beyond (an energy outside the range) is held at the limits, not extrapolated.
 BLEND_LIMITS = (-1.0, 2.0)
+# A far cell that INT8 rarely lights has a tiny mean, and the gain that brings it to FP32's mean
+# is huge: the rare shower that lights it got a 161 GeV cell where FP32's largest was 0.2 GeV
+# (ad hoc, the 188-307 GeV range on AVX2). Such a cell keeps part of its deficit instead.
+MAX_GAIN = 2.0
 
 
 @dataclass
@@ -289,7 +293,8 @@ def _cell_corrections(
     mean(ReLU(gain x + bias)) = target: a gain where the mean is short, a bias where it is over."""
     mean = np.maximum(cells, 0).mean(axis=0)
     short = (mean < target) & (mean > 0)
-    gain = np.where(short, target / np.where(short, mean, 1), 1).astype(np.float32)
+    gain = np.where(short, target / np.where(short, mean, 1), 1)
+    gain = np.minimum(gain, MAX_GAIN).astype(np.float32)
     over = mean > target
     low, high = (
         np.where(over, -cells.max(axis=0), 0),
