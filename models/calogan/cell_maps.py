@@ -30,8 +30,8 @@ QUANTILE_LEVELS = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 0.97)
 # there); a latent beyond (an energy outside the range) is held at the limits, not extrapolated.
 BLEND_LIMITS = (-1.0, 2.0)
 # A far cell that INT8 rarely lights has a tiny mean, and the gain that brings it to FP32's mean
-# is huge: the rare shower that lights it got a 161 GeV cell where FP32's largest was 0.2 GeV
-# (ad hoc, the 188-307 GeV range on AVX2). Such a cell keeps part of its deficit instead.
+# is huge: the rare shower that lights it gets a cell far above any FP32 gives. Such a cell
+# keeps part of its deficit instead.
 MAX_GAIN = 2.0
 
 
