@@ -1,6 +1,6 @@
 """A progress line with an ETA for long runs (training, a benchmark's timing), every
 `every_seconds` and at the end: Keras' verbose=2 prints once an epoch, and an epoch can take half
-an hour on 2 cores. (Keras' `fit` takes it as `models.fit_progress.TrainingProgress`; this module
+an hour on 2 cores. (Keras' `fit` shows it through `models.fit_schedule.CosineSchedule`; this module
 does not import Keras.)"""
 
 import time

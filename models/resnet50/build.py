@@ -7,6 +7,7 @@ preprocessing recipe in its metadata) and `calib.npz` (training images, never te
 """
 
 import json
+import math
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
@@ -30,20 +31,19 @@ class TrainRecipe:
     width: int = 64
     calib_samples: int = 1000
     seed: int = 0
-    minutes: float | None = None  # a budget: fewer training images where this CPU is slower
+    minutes: float | None = None  # a budget: fewer training steps where this CPU is slower
     bn_momentum: float = 0.99
 
 
 # What `make demo` trains: minutes where the reference takes half an hour or more on 2 cores.
 # Batch 32, not 128, gives BatchNorm's moving statistics enough steps to settle in one short
 # epoch (79 % top-1 on all 12,000 images at BatchNorm momentum 0.99; 33 % at batch 128). An AVX2
-# CPU trains several times slower than an AMX one, so the demo takes as many of its images as
-# this CPU trains in its budget; momentum 0.9 lets the moving statistics settle within the
+# CPU trains several times slower than an AMX one, so the demo trains as many steps as this CPU
+# fits in its budget; momentum 0.9 lets the moving statistics settle within the
 # hundred-odd steps that may leave (at 0.99 the test top-1 stayed near chance).
 DEMO = TrainRecipe(
     name="demo", epochs=1, train_samples=12000, batch=32, minutes=4.0, bn_momentum=0.9
 )
-PACE_STEPS = 5  # training steps timed to fit a budget
 
 
 def test_set() -> Path:
@@ -69,30 +69,28 @@ def build(recipe: TrainRecipe = TrainRecipe(), out_dir: Path | None = None, log=
         return out_dir
     import keras
 
-    from models.fit_progress import TrainingProgress
+    from models.fit_schedule import CosineSchedule
     from quantize.frontend.tensorflow import keras_to_onnx
 
     train_x, train_y = data.load_split("train")
     test_x, test_y = data.load_split("test")
     train_x, train_y = train_x[: recipe.train_samples], train_y[: recipe.train_samples]
     x = data.normalise(data.to_rgb(train_x, recipe.size))
-    if recipe.minutes:
-        recipe = _within_budget(recipe, x, train_y, log)
-    trained_on = x[: recipe.train_samples], train_y[: recipe.train_samples]
     keras.utils.set_random_seed(recipe.seed)
-    per_epoch = int(np.ceil(len(trained_on[0]) / recipe.batch))
-    schedule = keras.optimizers.schedules.CosineDecay(
-        recipe.learning_rate, recipe.epochs * per_epoch
-    )
-    model = _compiled(recipe, schedule, metrics=["accuracy"])
+    per_epoch = int(np.ceil(len(x) / recipe.batch))
+    seconds = recipe.minutes * 60 if recipe.minutes else None
+    schedule = CosineSchedule(recipe.learning_rate, recipe.epochs * per_epoch, seconds, log)
+    model = _compiled(recipe)
     start = time.perf_counter()
     model.fit(
-        _augmented(*trained_on, recipe),
+        _augmented(x, train_y, recipe),
         epochs=recipe.epochs,
         steps_per_epoch=per_epoch,
+        shuffle=False,  # _augmented shuffles
         verbose=0,
-        callbacks=[TrainingProgress(recipe.epochs, per_epoch, log)],
+        callbacks=[schedule],
     )
+    recipe = _as_trained(recipe, schedule.done, per_epoch)
     log(f"trained in {time.perf_counter() - start:.0f} s")
 
     rng = np.random.default_rng(recipe.seed)
@@ -113,43 +111,28 @@ def build(recipe: TrainRecipe = TrainRecipe(), out_dir: Path | None = None, log=
     return out_dir
 
 
-def _within_budget(recipe: TrainRecipe, x: np.ndarray, y: np.ndarray, log) -> TrainRecipe:
-    """The recipe with as many training images as this CPU trains in `recipe.minutes`, paced on
-    a few steps of a throwaway model of the same size."""
-    probe = _compiled(recipe, recipe.learning_rate)
-    batch = (x[: recipe.batch], y[: recipe.batch])
-    probe.train_on_batch(*batch)  # traced here, not timed
-    start = time.perf_counter()
-    for _ in range(PACE_STEPS):
-        probe.train_on_batch(*batch)
-    seconds_per_step = (time.perf_counter() - start) / PACE_STEPS
-    samples = images_within(recipe, seconds_per_step)
-    log(
-        f"training on {samples} of {recipe.train_samples} images: {recipe.minutes:g} minutes "
-        f"at {seconds_per_step:.2f} s a step on this CPU"
-    )
-    return replace(recipe, train_samples=samples)
-
-
-def _compiled(recipe: TrainRecipe, learning_rate, metrics=()):
-    """The recipe's ResNet-50, compiled for training at `learning_rate` (a rate or a schedule)."""
+def _compiled(recipe: TrainRecipe):
+    """The recipe's ResNet-50, compiled for training (the schedule sets its learning rate)."""
     import keras
 
     from models.resnet50.network import resnet50
 
     model = resnet50(stages=recipe.stages, width=recipe.width, bn_momentum=recipe.bn_momentum)
     model.compile(
-        keras.optimizers.Adam(learning_rate),
+        keras.optimizers.Adam(recipe.learning_rate),
         keras.losses.SparseCategoricalCrossentropy(from_logits=True),
-        metrics=list(metrics),
     )
     return model
 
 
-def images_within(recipe: TrainRecipe, seconds_per_step: float) -> int:
-    """Training images, in whole batches, that `recipe.epochs` take in `recipe.minutes`."""
-    steps = int(recipe.minutes * 60 / (seconds_per_step * recipe.epochs))
-    return min(recipe.train_samples, max(1, steps) * recipe.batch)
+def _as_trained(recipe: TrainRecipe, steps: int, per_epoch: int) -> TrainRecipe:
+    """The recipe as `steps` of training carried it out: fewer images or epochs than planned
+    where a budget ended it early."""
+    return replace(
+        recipe,
+        epochs=math.ceil(steps / per_epoch),
+        train_samples=min(recipe.train_samples, steps * recipe.batch),
+    )
 
 
 def _augmented(x: np.ndarray, y: np.ndarray, recipe: TrainRecipe):
