@@ -14,9 +14,10 @@ PACE_STEPS = 10  # steady steps of `fit` timed before a budget fixes the schedul
 class CosineSchedule(keras.callbacks.Callback):
     """Sets the learning rate each step, decaying from `peak` to zero over `steps` (as Keras'
     CosineDecay does), with a progress line. With a budget of `seconds`, counted from the start
-    of `fit`, the schedule ends instead after as many steps as fit in it at the pace of `fit`'s
-    first steady steps, and training stops there. The first step traces the model: it is
-    charged to the budget, not to the pace."""
+    of `fit`, the schedule ends instead after as many steps as fit in it, and training stops
+    there. The end is estimated after `PACE_STEPS` steady steps and again after each step, at
+    the pace of all steady steps so far, since the first few run slower than the rest. The first
+    step traces the model: it is charged to the budget, not to the pace."""
 
     def __init__(
         self,
@@ -28,6 +29,7 @@ class CosineSchedule(keras.callbacks.Callback):
     ):
         super().__init__()
         self.peak, self.steps, self.seconds, self.log = peak, steps, seconds, log
+        self.planned = steps
         self.line = ProgressLine(steps, log, every_seconds)
         self.done = 0
 
@@ -44,7 +46,7 @@ class CosineSchedule(keras.callbacks.Callback):
         self.done += 1
         if self.done == 1:
             self.steady_since = time.monotonic()
-        if self.seconds is not None and self.done == 1 + PACE_STEPS:
+        if self.seconds is not None and self.done > PACE_STEPS:
             self._end_within_budget()
         loss = f"loss {logs['loss']:.4f}" if logs and "loss" in logs else ""
         self.line.update(self.done, loss)
@@ -53,11 +55,11 @@ class CosineSchedule(keras.callbacks.Callback):
 
     def _end_within_budget(self):
         now = time.monotonic()
-        pace = (now - self.steady_since) / PACE_STEPS
+        pace = (now - self.steady_since) / (self.done - 1)
         fit_in = self.done + int((self.start + self.seconds - now) / pace)
-        if fit_in < self.steps:
+        if self.done == 1 + PACE_STEPS and fit_in < self.planned:
             self.log(
-                f"training {fit_in} of {self.steps} steps: {self.seconds / 60:g} minutes at "
-                f"{pace:.2f} s a step on this CPU"
+                f"training about {fit_in} of {self.planned} steps: {self.seconds / 60:g} minutes "
+                f"at {pace:.2f} s a step on this CPU"
             )
-            self.steps = self.line.total = max(self.done, fit_in)
+        self.steps = self.line.total = max(self.done, min(self.planned, fit_in))

@@ -5,6 +5,8 @@ import onnx
 import pytest
 from graphs import conv_net, images
 
+import models  # noqa: F401  (sets TensorFlow's kernel choice before a test loads TensorFlow)
+
 
 @pytest.fixture
 def conv_model(tmp_path):

@@ -21,14 +21,26 @@ class _Rates(keras.callbacks.Callback):
 
 
 class _StepClock(keras.callbacks.Callback):
-    """A fake clock that a step moves on: `first` seconds for the traced first, `step` after."""
+    """A fake clock that a step moves on: `first` seconds for the traced first, then `warm`
+    seconds for each of the next `warm_steps`, then `step`."""
 
-    def __init__(self, first: float, step: float):
+    def __init__(self, first: float, step: float, warm_steps: int = 0, warm: float = 0.0):
         super().__init__()
-        self.now, self.first, self.step = 0.0, first, step
+        self.now, self.first, self.step, self.warm_steps, self.warm = (
+            0.0,
+            first,
+            step,
+            warm_steps,
+            warm,
+        )
+        self.steps = 0
 
     def on_train_batch_end(self, batch, logs=None):
-        self.now += self.step if self.now else self.first
+        self.steps += 1
+        if self.steps == 1:
+            self.now += self.first
+        else:
+            self.now += self.warm if self.steps <= 1 + self.warm_steps else self.step
 
 
 def _fit(callbacks, epochs=2, steps_per_epoch=3):
@@ -65,9 +77,21 @@ def test_a_budget_ends_training_and_its_schedule_when_the_time_is_spent(monkeypa
     _fit([clock, schedule, rates], epochs=1, steps_per_epoch=1000)
     # 30 s for the first step, then one a second: 70 more fill the 100 s
     assert schedule.done == schedule.steps == 71 and clock.now == 100.0
-    assert "training 71 of 1000 steps: 1.66667 minutes at 1.00 s a step on this CPU" in lines
+    assert "training about 71 of 1000 steps: 1.66667 minutes at 1.00 s a step on this CPU" in lines
     assert rates.seen[PACE_STEPS + 1] == pytest.approx(schedule.rate(PACE_STEPS + 1))
     assert rates.seen[-1] < 1e-5 < rates.seen[-2]  # the rate has decayed to zero at the end
+
+
+def test_steps_faster_than_the_first_paced_ones_lengthen_the_schedule_within_the_budget(
+    monkeypatch,
+):
+    clock, lines = _StepClock(first=30.0, step=1.0, warm_steps=PACE_STEPS, warm=2.0), []
+    monkeypatch.setattr(fit_schedule.time, "monotonic", lambda: clock.now)
+    schedule = CosineSchedule(0.01, 1000, seconds=100.0, log=lines.append)
+    _fit([clock, schedule], epochs=1, steps_per_epoch=1000)
+    # the first estimate, at 2 s a step: 11 steps by 50 s, 25 more in the 50 s left
+    assert "training about 36 of 1000 steps" in lines[1]
+    assert schedule.done == schedule.steps > 36 and clock.now <= 100.0
 
 
 def test_a_budget_spent_before_the_pace_is_known_stops_at_once(monkeypatch):
