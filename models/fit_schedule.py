@@ -8,7 +8,7 @@ import keras
 
 from models.progress import ProgressLine
 
-PACE_STEPS = 10  # steady steps of `fit` timed before a budget fixes the schedule's end
+PACE_STEPS = 10  # steady steps of `fit` timed before a budget first estimates the schedule's end
 
 
 class CosineSchedule(keras.callbacks.Callback):
