@@ -30,7 +30,7 @@ Only stride 1, dilation 1, group 1, a constant bias and static D/H/W are lowered
 import numpy as np
 import onnx_ir as ir
 
-from quantize.passes.rewrite import FusionPass, NodeChain, int_list, replace_nodes, uses_auto_pad
+from quantize.passes.rewrite import FusionPass, NodeChain, int_list, plain_conv3d, replace_nodes
 
 CHANNEL_BLOCK = 16  # output channels per block of ORT's (MLAS) GEMM kernels
 
@@ -41,32 +41,12 @@ class FoldConv3DPass(FusionPass):
     Only stride 1, dilation 1, group 1, constant weights and bias and static D/H/W; exact in FP32."""
 
     def match(self, conv: ir.Node) -> bool | None:
-        if (
-            conv.op_type != "Conv"
-            or len(conv.inputs) < 2
-            or conv.inputs[1] is None
-            or conv.inputs[1].const_value is None
-        ):
+        if not plain_conv3d(conv):
             return None
         x = conv.inputs[0]
-        if len(conv.inputs[1].const_value.shape) != 5 or x.shape is None or len(x.shape) != 5:
+        if x.shape is None or len(x.shape) != 5:
             return None
-        if any(not isinstance(d, int) for d in list(x.shape)[2:]) or uses_auto_pad(conv):
-            return None
-        if (
-            len(conv.inputs) > 2
-            and conv.inputs[2] is not None
-            and conv.inputs[2].const_value is None
-        ):
-            return None
-        plain = int_list(conv, "strides", [1, 1, 1]) == [1, 1, 1] and int_list(
-            conv, "dilations", [1, 1, 1]
-        ) == [1, 1, 1]
-        return (
-            True
-            if plain and (conv.attributes["group"].value if "group" in conv.attributes else 1) == 1
-            else None
-        )
+        return True if all(isinstance(d, int) for d in list(x.shape)[2:]) else None
 
     def outputs_per_window(self, k: int, ka: int, a_out: int) -> int:
         """The divisor s of a_out with the least estimated GEMM work: the kernel computes output

@@ -18,7 +18,7 @@ import numpy as np
 import onnx_ir as ir
 import onnxruntime as ort
 
-from quantize.passes.rewrite import FusionPass, NodeChain, int_list, replace_nodes, uses_auto_pad
+from quantize.passes.rewrite import FusionPass, NodeChain, int_list, plain_conv3d, replace_nodes
 
 MOVEMENT = {"Unsqueeze", "Squeeze", "Tile", "Reshape", "Transpose", "Pad", "Identity", "Expand"}
 MAX_CHAIN_NODES = 64  # the movement and the shape arithmetic feeding it
@@ -32,28 +32,7 @@ class FoldUpsampleIntoConvPass(FusionPass):
 
     def match(self, conv: ir.Node) -> tuple[ir.Value, list[int], list[int], list[int]] | None:
         """(x, factors, pads before, pads after) when the Conv reads x upsampled and zero padded."""
-        if (
-            conv.op_type != "Conv"
-            or len(conv.inputs) < 2
-            or conv.inputs[1] is None
-            or conv.inputs[1].const_value is None
-        ):
-            return None
-        if (
-            len(conv.inputs[1].const_value.shape) != 5
-            or uses_auto_pad(conv)
-            or (
-                len(conv.inputs) > 2
-                and conv.inputs[2] is not None
-                and conv.inputs[2].const_value is None
-            )
-        ):
-            return None
-        plain = (
-            int_list(conv, "strides", [1] * 3) == [1] * 3
-            and int_list(conv, "dilations", [1] * 3) == [1] * 3
-        )
-        if not plain or (conv.attributes["group"].value if "group" in conv.attributes else 1) != 1:
+        if not plain_conv3d(conv):
             return None
         x = _chain_source(conv.inputs[0])
         if (

@@ -181,6 +181,21 @@ def constant_weights(conv: ir.Node) -> bool:
     return weight is not None and weight.const_value is not None and conv_bias(conv) is not None
 
 
+def plain_conv3d(conv: ir.Node) -> bool:
+    """A Conv3D with constant weights, a constant bias or none, explicit pads, stride 1,
+    dilation 1 and one group: what the Conv3D folding passes rewrite."""
+    return (
+        conv.op_type == "Conv"
+        and len(conv.inputs) >= 2
+        and constant_weights(conv)
+        and len(conv.inputs[1].const_value.shape) == 5
+        and not uses_auto_pad(conv)
+        and int_list(conv, "strides", [1] * 3) == [1] * 3
+        and int_list(conv, "dilations", [1] * 3) == [1] * 3
+        and conv.attributes.get_int("group", 1) == 1
+    )
+
+
 def conv_bias(conv: ir.Node) -> np.ndarray | None:
     """The Conv's (or ConvTranspose's) bias as a float64 array (zeros when it has none); None if
     it is not constant."""
