@@ -252,13 +252,22 @@ def _proc_flags() -> set[str]:
 
 def _cpu_name() -> str:
     try:
-        text = Path("/proc/cpuinfo").read_text()
+        return cpu_name(Path("/proc/cpuinfo").read_text())
     except OSError:
         return platform.processor() or "unknown"
-    return next(
-        (row.split(":", 1)[1].strip() for row in text.splitlines() if row.startswith("model name")),
-        "unknown",
-    )
+
+
+def cpu_name(cpuinfo: str) -> str:
+    """The first CPU's model name with its CPUID family and model, e.g. "AMD EPYC (family 26,
+    model 2)": a hypervisor may pass on only the vendor's brand, which names no generation."""
+    fields: dict[str, str] = {}
+    for row in cpuinfo.splitlines():
+        key, _, value = row.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    name = fields.get("model name", "unknown")
+    if "cpu family" not in fields or "model" not in fields:
+        return name
+    return f"{name} (family {fields['cpu family']}, model {fields['model']})"
 
 
 def _path_name(flags: frozenset[str], target: str) -> str:

@@ -48,6 +48,17 @@ def quantized_weights(model: onnx.ModelProto) -> list[np.ndarray]:
     ]
 
 
+def test_the_cpu_is_named_with_its_family_and_model():
+    two_cpus = "".join(
+        f"processor\t: {i}\nvendor_id\t: AuthenticAMD\ncpu family\t: 26\nmodel\t\t: 2\n"
+        "model name\t: AMD EPYC\nflags\t\t: fpu avx2\n\n"
+        for i in range(2)
+    )
+    assert target.cpu_name(two_cpus) == "AMD EPYC (family 26, model 2)"
+    assert target.cpu_name("model name\t: Some CPU\n") == "Some CPU"
+    assert target.host_isa()["cpu"] == target.cpu_name(Path("/proc/cpuinfo").read_text())
+
+
 def test_weight_formats_per_target():
     assert target.default_weights("avx2") == "int7"
     assert target.default_weights("vnni") == target.default_weights("amx") == "int8"
