@@ -246,8 +246,7 @@ def _proc_flags() -> set[str]:
         text = Path("/proc/cpuinfo").read_text()
     except OSError:
         return set()
-    flags = next((row for row in text.splitlines() if row.startswith("flags")), "")
-    return set(flags.split(":", 1)[-1].split())
+    return set(_first_cpu(text).get("flags", "").split())
 
 
 def _cpu_name() -> str:
@@ -260,14 +259,20 @@ def _cpu_name() -> str:
 def cpu_name(cpuinfo: str) -> str:
     """The first CPU's model name with its CPUID family and model, e.g. "AMD EPYC (family 26,
     model 2)": a hypervisor may pass on only the vendor's brand, which names no generation."""
-    fields: dict[str, str] = {}
-    for row in cpuinfo.splitlines():
-        key, _, value = row.partition(":")
-        fields.setdefault(key.strip(), value.strip())
+    fields = _first_cpu(cpuinfo)
     name = fields.get("model name", "unknown")
     if "cpu family" not in fields or "model" not in fields:
         return name
     return f"{name} (family {fields['cpu family']}, model {fields['model']})"
+
+
+def _first_cpu(cpuinfo: str) -> dict[str, str]:
+    """The fields of /proc/cpuinfo's first processor (name -> value)."""
+    fields: dict[str, str] = {}
+    for row in cpuinfo.splitlines():
+        key, _, value = row.partition(":")
+        fields.setdefault(key.strip(), value.strip())
+    return fields
 
 
 def _path_name(flags: frozenset[str], target: str) -> str:
