@@ -44,6 +44,7 @@ MIN_GAIN_MS = 0.05  # ... and by at least this much per batch
 # (seconds, rounds, calls per block at least): a quick screen, and the measurement that confirms it
 SCREEN, CONFIRMATION = (0.2, 2, 2), (1.0, 4, 3)
 SCREEN_CALLS = 100  # a screen stops sooner once the INT8 model has run this many times
+SLOWER = "INT8 slower than FP32"  # how the reason of a node kept FP32 begins
 
 
 def slower_in_int8(
@@ -106,7 +107,7 @@ def _verdict(
         int8_ms, fp32_ms = (timed[p]["latency_ms_p50"] for p in ("int8", "fp32"))
         if int8_ms <= fp32_ms * (1 + MARGIN) or int8_ms - fp32_ms < MIN_GAIN_MS:
             return None
-    return f"INT8 slower than FP32 on {target}: {int8_ms:.2f} ms vs {fp32_ms:.2f} ms for a batch of {shape[0]}, measured here"
+    return f"{SLOWER} on {target}: {int8_ms:.2f} ms vs {fp32_ms:.2f} ms for a batch of {shape[0]}, measured here"
 
 
 def _one_node_model(

@@ -54,6 +54,10 @@ WIN_MARGIN = 0.05  # the share of FP32's time an INT8 model must save to be kept
 CLOSE_CALL = 0.15
 # ... unless it shows INT8 this much slower than FP32: a 25 % drift cannot make that a win
 CLEAR_LOSS = 0.5
+# the share of time (and at least MIN_GAIN_MS) a whole model must save, with the nodes kernel
+# timing kept FP32 in INT8, to take them INT8: a margin for timing noise, as they cost accuracy
+CONFIRM_MARGIN = 0.03
+CHECK_SECONDS = 2.0  # a first timing of whole models
 
 
 @dataclass(frozen=True)
@@ -120,6 +124,7 @@ class QuantizeResult:
     weight_choice: str = ""  # why choose_weights took the recipe's weight format, if it chose
     bias_correction: str = "off"  # what correcting the Convs' biases measured and did
     smoothing: str = "off"  # the SmoothQuant alpha taken, and if chosen, what was measured
+    timing_check: str = ""  # what the whole model measured of kernel timing's FP32 nodes, if any
 
     @cached_property
     def layer_sqnr_db(self) -> dict[str, float]:
@@ -201,7 +206,7 @@ def quantize(
         selection = _select(graph, recipe, scaling=scaling_muls)
     served_feeds = served(held_out[0], options.serve_batch)
     kept_fp32 = _slower_in_int8(clean, graph, selection.int8, served_feeds, recipe, options.threads)
-    selection, histograms = _calibrated_selection(
+    selection, untimed, histograms = _calibrated_selections(
         graph, clean, recipe, kept_fp32, scaling_muls, samples, progress
     )
     calibration = Calibration(
@@ -212,10 +217,10 @@ def quantize(
         if held_range[0] >= n_cal
         else f"{held_range[1]} calibration samples (none left to hold out)"
     )
-    result = replace(
-        _lower(calibration, recipe, options, held_out, fp32_outputs, sqnr_samples, {}),
-        smoothing=smoothing,
-    )
+    result = _lower(calibration, recipe, options, held_out, fp32_outputs, sqnr_samples, {})
+    if kept_fp32.keys() & untimed.int8:
+        result = _checked_on_whole_model(result, replace(calibration, selection=untimed))
+    result = replace(result, smoothing=smoothing)
     if options.speed_check:
         result = keep_fp32_unless_faster(result)
     if not recipe.bias_correction or result.speed_check.endswith(WHOLE_FP32):
@@ -260,7 +265,9 @@ def keep_fp32(result: QuantizeResult, fallback: dict[str, str]) -> QuantizeResul
     return replace(_relower(result, result.recipe, fallback), weight_choice=result.weight_choice)
 
 
-def keep_fp32_unless_faster(result: QuantizeResult, seconds: float = 2.0) -> QuantizeResult:
+def keep_fp32_unless_faster(
+    result: QuantizeResult, seconds: float = CHECK_SECONDS
+) -> QuantizeResult:
     """The whole model back in FP32 unless, on this CPU, the INT8 model saves at least
     WIN_MARGIN of the FP32 graph's time at the batch it will be served at (`served_feeds`).
     Per-node kernel timings cannot see what a whole small model pays for its Q/DQ conversions,
@@ -339,7 +346,8 @@ def with_weights(result: QuantizeResult, weights: str) -> QuantizeResult:
 
 def _relower(result: QuantizeResult, recipe: Recipe, fallback: dict[str, str]) -> QuantizeResult:
     """`result`'s calibration lowered again under `recipe`, the `fallback` nodes in FP32; the
-    calibration carries the bias shifts, so what bias correction measured still holds."""
+    calibration carries the bias shifts and the selection, so what bias correction and the
+    whole-model check of kernel timing measured still holds."""
     lowered = _lower(
         result.calibration,
         recipe,
@@ -349,7 +357,12 @@ def _relower(result: QuantizeResult, recipe: Recipe, fallback: dict[str, str]) -
         result.sqnr_samples,
         fallback,
     )
-    return replace(lowered, bias_correction=result.bias_correction, smoothing=result.smoothing)
+    return replace(
+        lowered,
+        bias_correction=result.bias_correction,
+        smoothing=result.smoothing,
+        timing_check=result.timing_check,
+    )
 
 
 def _rows(feeds: dict) -> int:
@@ -469,7 +482,7 @@ def _select(
     return selected.without(scaling or {})
 
 
-def _calibrated_selection(
+def _calibrated_selections(
     graph: ir.Model,
     clean: onnx.ModelProto,
     recipe: Recipe,
@@ -477,16 +490,50 @@ def _calibrated_selection(
     scaling: dict[str, str],
     samples: CalibrationSamples,
     progress: Callable[[int, int], None] = lambda done, total: None,
-) -> tuple[Selection, dict]:
-    """The INT8 selection of `graph` (`clean` is its protobuf) and its activations' histograms
-    over the calibration samples; nodes whose tensors no uint8 scale can hold join `kept_fp32`
-    and the nodes are selected again, so that no data movement is left feeding them uint8."""
-    selection = _select(graph, recipe, kept_fp32, scaling)
-    histograms = samples.histograms(clean, observed_tensors(graph, selection.int8), progress)
-    beyond = _beyond_uint8(graph, selection.int8, histograms)
+) -> tuple[Selection, Selection, dict]:
+    """The INT8 selection of `graph` (`clean` is its protobuf) without the `kept_fp32` nodes and
+    with them, and the histograms of both's activations over the calibration samples. Nodes
+    whose tensors no uint8 scale can hold leave both, and the nodes are selected again, so that
+    no data movement is left feeding them uint8."""
+    timed = _select(graph, recipe, kept_fp32, scaling)
+    untimed = _select(graph, recipe, {}, scaling)
+    tensors = observed_tensors(graph, timed.int8 | untimed.int8)
+    histograms = samples.histograms(clean, tensors, progress)
+    beyond = _beyond_uint8(graph, untimed.int8, histograms)
     if beyond:
-        selection = _select(graph, recipe, {**kept_fp32, **beyond}, scaling)
-    return selection, histograms
+        timed = _select(graph, recipe, {**kept_fp32, **beyond}, scaling)
+        untimed = _select(graph, recipe, beyond, scaling)
+    return timed, untimed, histograms
+
+
+def _checked_on_whole_model(result: QuantizeResult, untimed: Calibration) -> QuantizeResult:
+    """`result`, in which kernel timing kept nodes FP32, or the same calibration with those
+    nodes INT8 (`untimed`) if that whole model runs CONFIRM_MARGIN faster here. One-node models
+    misjudge in both directions: ORT wraps a lone QLinearConv in NHWC Transposes that cancel
+    between INT8 neighbours in the whole model, and an FP32 node between INT8 ones pays a
+    dequantize, a quantize and layout reorders there that its one-node model does not."""
+    int8 = _lower(
+        untimed,
+        result.recipe,
+        result.options,
+        result.held_out,
+        result.fp32_outputs,
+        result.sqnr_samples,
+        {},
+    )
+    kept = sum(
+        d.precision == "fp32" and d.reason.startswith(kernel_timing.SLOWER)
+        for d in result.decisions
+    )
+    ms = latencies_ms(result, {"kept": result.model, "int8": int8.model}, CHECK_SECONDS)
+    measured = (
+        f"checked on the whole model: {ms['kept']:.2f} ms a batch with the {kept} nodes it "
+        f"kept FP32, {ms['int8']:.2f} ms with them INT8"
+    )
+    saved_ms = ms["kept"] - ms["int8"]
+    if saved_ms >= max(CONFIRM_MARGIN * ms["kept"], kernel_timing.MIN_GAIN_MS):
+        return replace(int8, timing_check=f"{measured}: INT8 taken")
+    return replace(result, timing_check=f"{measured}: kept FP32")
 
 
 def _beyond_uint8(graph: ir.Model, nodes: set[str], histograms: dict) -> dict[str, str]:
@@ -556,7 +603,7 @@ def _alpha(
     for alpha in alphas:
         smoothed = graph.clone()
         scaling = _smooth(smoothed, absmax, alpha)
-        selection, histograms = _calibrated_selection(
+        selection, _, histograms = _calibrated_selections(
             smoothed, _for_ort(smoothed), recipe, {}, scaling, samples
         )
         int8 = _lower_without_islands(smoothed, selection, histograms, recipe, {})[0]

@@ -14,7 +14,6 @@ from pathlib import Path
 from onnxio import write_text
 from quantize import bench
 from quantize.pipeline import QuantizeResult
-from quantize.recipe import Recipe
 from quantize.target import host_isa, host_target
 from quantize.validate import LAYER_FLOOR_DB, OUTPUT_FLOOR_DB
 
@@ -36,7 +35,7 @@ def summarize(result: QuantizeResult) -> dict:
             "fp32_nodes": [vars(d) for d in result.decisions if d.precision == "fp32"],
             "ort_kernels": result.kernels,
         },
-        "kernel_timing": _kernel_timing(result.recipe),
+        "kernel_timing": _kernel_timing(result),
         "speed_check": result.speed_check,
         "bias_correction": result.bias_correction,
         "smoothing": result.smoothing,
@@ -73,7 +72,8 @@ def fidelity(output_sqnr_db: dict[str, float], layer_sqnr_db: dict[str, float]) 
     return verdict
 
 
-def _kernel_timing(recipe: Recipe) -> str:
+def _kernel_timing(result: QuantizeResult) -> str:
+    recipe = result.recipe
     if not recipe.kernel_timing:
         return "off: every chosen node is INT8"
     if recipe.target != host_target():
@@ -82,7 +82,10 @@ def _kernel_timing(recipe: Recipe) -> str:
         return (
             f"not measured: it times ONNX Runtime's kernels, and the model is for {recipe.runtime}"
         )
-    return f"measured on this CPU ({recipe.target}): nodes whose INT8 kernel is slower stay FP32"
+    measured = (
+        f"measured on this CPU ({recipe.target}): nodes whose INT8 kernel is slower stay FP32"
+    )
+    return f"{measured}; {result.timing_check}" if result.timing_check else measured
 
 
 def evaluate(summary: dict, result: QuantizeResult, evaluator=None, seconds: float = 3.0) -> dict:

@@ -20,9 +20,7 @@ from dataclasses import replace
 from typing import Protocol
 
 from quantize.fallback import Fallback
-from quantize.pipeline import QuantizeResult, latencies_ms, timed_here, with_weights
-
-SECONDS = 2.0  # timing each candidate, as the speed check does
+from quantize.pipeline import CHECK_SECONDS, QuantizeResult, latencies_ms, timed_here, with_weights
 
 
 class Goal(Protocol):
@@ -68,7 +66,7 @@ def _faster(int7: Fallback, uint8: Fallback, scores: str) -> Fallback:
             fewer, f"both met the accuracy goal ({scores}), not timed here: fewer nodes in FP32"
         )
     ms = latencies_ms(
-        int7.result, {"int7": int7.result.model, "uint8": uint8.result.model}, SECONDS
+        int7.result, {"int7": int7.result.model, "uint8": uint8.result.model}, CHECK_SECONDS
     )
     faster = uint8 if ms["uint8"] < ms["int7"] else int7
     return _chosen(

@@ -6,7 +6,17 @@ import onnx_ir as ir
 import pytest
 from graphs import conv_net, images
 
-from quantize import NodeOverrides, Recipe, RunOptions, coverage, kernel_timing, quantize, target
+from quantize import (
+    NodeOverrides,
+    Recipe,
+    RunOptions,
+    coverage,
+    kernel_timing,
+    pipeline,
+    quantize,
+    target,
+)
+from quantize.report import summarize
 
 
 def timings(int8_ms: dict[str, list[float]]):
@@ -22,11 +32,25 @@ def timings(int8_ms: dict[str, list[float]]):
     return compare_sessions
 
 
+def whole_models(kept_ms: float, int8_ms: float, timed: list | None = None):
+    """A stand-in for the whole-model check of the nodes kernel timing kept FP32: the model
+    with them FP32 runs in `kept_ms`, with them INT8 in `int8_ms`; the models go to `timed`."""
+
+    def latencies_ms(result, models, seconds):
+        assert list(models) == ["kept", "int8"]
+        (timed if timed is not None else []).append(models)
+        return {"kept": kept_ms, "int8": int8_ms}
+
+    return latencies_ms
+
+
 @pytest.fixture(autouse=True)
 def worth_timing(monkeypatch):
     """Every node's INT8 model costs more than MIN_GAIN_MS at a glance, unless a test says
-    otherwise: the timings then come from each test's compare_sessions."""
+    otherwise: the timings then come from each test's compare_sessions. The whole model with
+    the nodes kept FP32 runs as fast as with them INT8, unless a test says otherwise."""
     monkeypatch.setattr(kernel_timing.bench, "glance_ms", lambda *_: 1.0)
+    monkeypatch.setattr(pipeline, "latencies_ms", whole_models(1.0, 1.0))
 
 
 @pytest.fixture
@@ -52,6 +76,43 @@ def test_convs_measured_slower_in_int8_stay_fp32_with_the_measurement_as_reason(
         result.kernels["int8"].get("QLinearConv") is None
         and result.kernels["int8"].get("QGemm") == 1
     )
+    assert result.timing_check == (
+        "checked on the whole model: 1.00 ms a batch with the 2 nodes it kept FP32, "
+        "1.00 ms with them INT8: kept FP32"
+    )
+    assert summarize(result)["kernel_timing"].endswith(result.timing_check)
+
+
+def test_kept_nodes_go_back_to_int8_when_the_whole_model_runs_faster_with_them_int8(
+    net, monkeypatch
+):
+    monkeypatch.setattr(
+        kernel_timing.bench, "compare_sessions", timings({"Conv": [1.5, 1.5] * 2, "Gemm": [0.5]})
+    )
+    timed = []
+    monkeypatch.setattr(pipeline, "latencies_ms", whole_models(1.0, 0.9, timed))
+    result = quantize(*net, Recipe())
+    untimed = quantize(*net, Recipe(kernel_timing=False))
+    [models] = timed
+    assert [
+        coverage.kernel_counts(coverage.optimized_graph(models[m]))["int8"].get("QLinearConv")
+        for m in ("kept", "int8")
+    ] == [None, 2]
+    assert result.timing_check.endswith("0.90 ms with them INT8: INT8 taken")
+    assert all(d.precision == "int8" for d in result.decisions if d.op_type in ("Conv", "Gemm"))
+    # calibrated once, for every node either model quantizes: INT8 taken is the untimed model
+    assert result.model.graph == untimed.model.graph
+
+
+def test_a_whole_model_faster_by_less_than_the_margin_keeps_the_nodes_fp32(net, monkeypatch):
+    monkeypatch.setattr(
+        kernel_timing.bench, "compare_sessions", timings({"Conv": [1.5, 1.5] * 2, "Gemm": [0.5]})
+    )
+    almost = 10.0 * (1 - pipeline.CONFIRM_MARGIN / 2)  # 0.15 ms saved: above MIN_GAIN_MS
+    monkeypatch.setattr(pipeline, "latencies_ms", whole_models(10.0, almost))
+    result = quantize(*net, Recipe())
+    assert result.timing_check.endswith("kept FP32")
+    assert {d.name for d in result.decisions if d.precision == "fp32"} >= {"conv1", "conv2"}
 
 
 def test_a_slower_first_measurement_that_the_second_does_not_confirm_changes_nothing(
