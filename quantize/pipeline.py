@@ -179,7 +179,7 @@ def quantize(
     recipe = recipe.resolved()
     original = load_model(model_path)
     _check_float32(original, model_path)
-    graph = passes.cleanup(original.clone())
+    graph = passes.cleanup(original.clone(), recipe.runtime)
     clean = _for_ort(graph)
     inputs = input_specs(clean)
     source = open_calibration(calib, inputs, image_preprocess or _recipe_preprocess(original))
@@ -617,8 +617,8 @@ def _alpha(
 
 
 def cleaned_fp32(model_path) -> onnx.ModelProto:
-    """The FP32 graph INT8 starts from: the model after quantize's clean-up passes (the fair
-    FP32 baseline to time INT8 against)."""
+    """The FP32 graph INT8 for ONNX Runtime starts from: the model after quantize's clean-up
+    passes (the fair FP32 baseline to time INT8 against)."""
     return _for_ort(passes.cleanup(load_model(model_path)))
 
 

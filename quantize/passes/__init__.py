@@ -6,7 +6,8 @@ cleanup(model)          shape inference, constant folding, written-out hard-swis
                         LayerNorm -> LayerNormalization, MatMul+bias -> Gemm (also across a Reshape), zero Pads into Convs, upsampling into Convs,
                         Conv3D -> 2D Conv, Reshapes before Transposes, Transpose merging and hoisting
                         through layout-blind ops,
-                        dead nodes
+                        dead nodes, and for ONNX Runtime, written-out attention -> its
+                        MultiHeadAttention
 lower_to_qdq(model, p)  carry out a QuantPlan: absorb Relus, Divs by constants as Muls, fold smoothing that no INT8 node reads back
                         into the weights, insert Q/DQ pairs, a HardSwish as QLinearAdd and QLinearMul, an Add of a constant before Convs into their input's zero point, a residual Conv for chosen inputs, widen
                         chosen Conv outputs, and for ONNX Runtime, a nearest upsampling by 2^n as
@@ -28,6 +29,7 @@ from quantize.passes.fold_conv_output_affine import FoldConvOutputAffinePass
 from quantize.passes.fold_pad import FoldPadIntoConvPass
 from quantize.passes.fold_scaling import FoldScalingPass
 from quantize.passes.fold_upsample import FoldUpsampleIntoConvPass
+from quantize.passes.fuse_attention import FuseAttentionPass
 from quantize.passes.fuse_hard_swish import FuseHardSwishPass
 from quantize.passes.fuse_layernorm import FuseLayerNormPass
 from quantize.passes.hard_swish_to_qlinear import HardSwishToQLinearPass
@@ -56,6 +58,7 @@ __all__ = [
     "FoldPadIntoConvPass",
     "FoldScalingPass",
     "FoldUpsampleIntoConvPass",
+    "FuseAttentionPass",
     "FuseHardSwishPass",
     "FuseLayerNormPass",
     "HardSwishToQLinearPass",
@@ -75,8 +78,12 @@ __all__ = [
 ]
 
 
-def cleanup(model: ir.Model) -> ir.Model:
-    """The FP32 model, simplified and fully named; numerically the same function."""
+def cleanup(model: ir.Model, runtime: str = "onnxruntime") -> ir.Model:
+    """The FP32 model, simplified and fully named, for `runtime`; numerically the same function
+    (but where FuseAttentionPass says)."""
+    for_runtime = (
+        [FuseAttentionPass(), common.RemoveUnusedNodesPass()] if runtime == "onnxruntime" else []
+    )
     passes = ir.passes.PassManager(
         [
             common.NameFixPass(),
@@ -105,6 +112,7 @@ def cleanup(model: ir.Model) -> ir.Model:
             common.IdentityEliminationPass(),
             common.RemoveUnusedNodesPass(),
             common.ShapeInferencePass(),
+            *for_runtime,  # after the last shape inference: ONNX does not know ORT's contrib ops
             common.TopologicalSortPass(),
         ]
     )
