@@ -527,8 +527,8 @@ def _checked_on_whole_model(result: QuantizeResult, untimed: Calibration) -> Qua
     )
     ms = latencies_ms(result, {"kept": result.model, "int8": int8.model}, CHECK_SECONDS)
     measured = (
-        f"checked on the whole model: {ms['kept']:.2f} ms a batch with the {kept} nodes it "
-        f"kept FP32, {ms['int8']:.2f} ms with them INT8"
+        f"checked on the whole model: {ms['kept']:.2f} ms a batch as kernel timing chose ({kept} "
+        f"kept FP32), {ms['int8']:.2f} ms with INT8 there too"
     )
     saved_ms = ms["kept"] - ms["int8"]
     if saved_ms >= max(CONFIRM_MARGIN * ms["kept"], kernel_timing.MIN_GAIN_MS):

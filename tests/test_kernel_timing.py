@@ -77,8 +77,8 @@ def test_convs_measured_slower_in_int8_stay_fp32_with_the_measurement_as_reason(
         and result.kernels["int8"].get("QGemm") == 1
     )
     assert result.timing_check == (
-        "checked on the whole model: 1.00 ms a batch with the 2 nodes it kept FP32, "
-        "1.00 ms with them INT8: kept FP32"
+        "checked on the whole model: 1.00 ms a batch as kernel timing chose (2 kept FP32), "
+        "1.00 ms with INT8 there too: kept FP32"
     )
     assert summarize(result)["kernel_timing"].endswith(result.timing_check)
 
@@ -98,7 +98,7 @@ def test_kept_nodes_go_back_to_int8_when_the_whole_model_runs_faster_with_them_i
         coverage.kernel_counts(coverage.optimized_graph(models[m]))["int8"].get("QLinearConv")
         for m in ("kept", "int8")
     ] == [None, 2]
-    assert result.timing_check.endswith("0.90 ms with them INT8: INT8 taken")
+    assert result.timing_check.endswith("0.90 ms with INT8 there too: INT8 taken")
     assert all(d.precision == "int8" for d in result.decisions if d.op_type in ("Conv", "Gemm"))
     # calibrated once, for every node either model quantizes: INT8 taken is the untimed model
     assert result.model.graph == untimed.model.graph

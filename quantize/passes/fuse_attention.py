@@ -164,9 +164,14 @@ def _projections(q4: ir.Node, k4: ir.Node, v4: ir.Node | None, context: ir.Node)
     k = _split_source(k4.outputs[0], head_size, SPLIT_TRANSPOSED, hidden)
     v = _split_source(v4.outputs[0], head_size, SPLIT, hidden)
     out = _merged_destination(context.outputs[0], q, hidden // head_size, head_size)
-    if k is None or v is None or out is None:
+    if k is None or v is None or out is None or _rows(k) != _rows(v):
         return None
     return q, k, v, out, hidden // head_size
+
+
+def _rows(value: ir.Value) -> list[str]:
+    """A (B, S, ..) value's batch and sequence dims, as shape inference names them."""
+    return [str(d) for d in value.shape[:2]]
 
 
 def _static_dim(value: ir.Value, axis: int, rank: int) -> int | None:
