@@ -82,6 +82,10 @@ def main() -> None:
                 "ort_dynamic": ort_quantize_dynamic(fp32),
                 "ort_static": ort_quantize_static(fp32, calib, transformer=True),
             }
+            data.setdefault("attention_fused", {})[name] = {
+                "softmax_as_exported": _count(fp32, "Softmax"),
+                "multi_head_attention_after_cleanup": _count(ours.fp32_model, "MultiHeadAttention"),
+            }
             speed = compare_sessions(models, bench_feed, threads=0, min_seconds=sized(12, 0.5))
             reference = session(fp32).run(None, bench_feed)[0]
             data[name] = {
@@ -97,6 +101,10 @@ def main() -> None:
             }
     write_results(for_this_cpu("transformer_base"), data, _markdown(data))
     print(_markdown(data))
+
+
+def _count(model: onnx.ModelProto, op_type: str) -> int:
+    return sum(node.op_type == op_type for node in model.graph.node)
 
 
 def _markdown(d: dict) -> str:
@@ -120,6 +128,17 @@ def _markdown(d: dict) -> str:
             for v, r in d[graph].items()
         ]
         lines.append("")
+    fused = d["attention_fused"]
+    lines += [
+        "Attention the clean-up fused into MultiHeadAttention: "
+        + ", ".join(
+            f"{graph} {f['multi_head_attention_after_cleanup']} (Softmaxes as exported: "
+            f"{f['softmax_as_exported']})"
+            for graph, f in fused.items()
+        )
+        + ".",
+        "",
+    ]
     return "\n".join(lines)
 
 
