@@ -218,8 +218,9 @@ def quantize(
         else f"{held_range[1]} calibration samples (none left to hold out)"
     )
     result = _lower(calibration, recipe, options, held_out, fp32_outputs, sqnr_samples, {})
-    if kept_fp32.keys() & untimed.int8:
-        result = _checked_on_whole_model(result, replace(calibration, selection=untimed))
+    kept = kept_fp32.keys() & untimed.int8
+    if kept:
+        result = _checked_on_whole_model(result, replace(calibration, selection=untimed), len(kept))
     result = replace(result, smoothing=smoothing)
     if options.speed_check:
         result = keep_fp32_unless_faster(result)
@@ -495,36 +496,29 @@ def _calibrated_selections(
     with them, and the histograms of both's activations over the calibration samples. Nodes
     whose tensors no uint8 scale can hold leave both, and the nodes are selected again, so that
     no data movement is left feeding them uint8."""
-    timed = _select(graph, recipe, kept_fp32, scaling)
-    untimed = _select(graph, recipe, {}, scaling)
+
+    def selections(kept: dict[str, str]) -> tuple[Selection, Selection]:
+        timed = _select(graph, recipe, {**kept_fp32, **kept}, scaling)
+        return timed, _select(graph, recipe, kept, scaling) if kept_fp32 else timed
+
+    timed, untimed = selections({})
     tensors = observed_tensors(graph, timed.int8 | untimed.int8)
     histograms = samples.histograms(clean, tensors, progress)
     beyond = _beyond_uint8(graph, untimed.int8, histograms)
     if beyond:
-        timed = _select(graph, recipe, {**kept_fp32, **beyond}, scaling)
-        untimed = _select(graph, recipe, beyond, scaling)
+        timed, untimed = selections(beyond)
     return timed, untimed, histograms
 
 
-def _checked_on_whole_model(result: QuantizeResult, untimed: Calibration) -> QuantizeResult:
-    """`result`, in which kernel timing kept nodes FP32, or the same calibration with those
-    nodes INT8 (`untimed`) if that whole model runs CONFIRM_MARGIN faster here. One-node models
+def _checked_on_whole_model(
+    result: QuantizeResult, untimed: Calibration, kept: int
+) -> QuantizeResult:
+    """`result`, in which kernel timing kept `kept` nodes FP32, or the same calibration with
+    those nodes INT8 (`untimed`) if that whole model runs CONFIRM_MARGIN faster here. One-node models
     misjudge in both directions: ORT wraps a lone QLinearConv in NHWC Transposes that cancel
     between INT8 neighbours in the whole model, and an FP32 node between INT8 ones pays a
     dequantize, a quantize and layout reorders there that its one-node model does not."""
-    int8 = _lower(
-        untimed,
-        result.recipe,
-        result.options,
-        result.held_out,
-        result.fp32_outputs,
-        result.sqnr_samples,
-        {},
-    )
-    kept = sum(
-        d.precision == "fp32" and d.reason.startswith(kernel_timing.SLOWER)
-        for d in result.decisions
-    )
+    int8 = _relower(replace(result, calibration=untimed), result.recipe, {})
     ms = latencies_ms(result, {"kept": result.model, "int8": int8.model}, CHECK_SECONDS)
     measured = (
         f"checked on the whole model: {ms['kept']:.2f} ms a batch as kernel timing chose ({kept} "
