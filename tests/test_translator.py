@@ -3,6 +3,7 @@ decoding equals the Keras model, INT8 through the transformer recipe, the batche
 
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import keras  # noqa: F401  (a required dependency: missing, it fails the suite)
@@ -49,6 +50,15 @@ def tiny(tmp_path_factory):
     model = build_model(TINY, weights)
     export(model, out)
     return model, TranslatorFiles.in_folder(out), [p.english for p in pairs], root
+
+
+def test_building_the_model_leaves_no_layer_unbuilt():
+    """Keras warns of a layer built with sublayers it never called ("may cause failures down
+    the line"): every attention is called as a layer, the decoder's cross-attention too."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        build_model(TINY)
+    assert [str(w.message) for w in caught if "build()" in str(w.message)] == []
 
 
 @pytest.mark.parametrize("runtime", ["onnxruntime", "openvino"])

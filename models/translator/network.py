@@ -68,16 +68,13 @@ class Attention(layers.Layer):
         weights = ops.softmax(ops.matmul(query, ops.transpose(keys, (0, 1, 3, 2))) + bias, axis=-1)
         return self.out(ops.reshape(ops.matmul(weights, values), (-1, self.heads * self.depth)))
 
-    def attend(self, x, keys, values, bias, training=False):
+    def call(self, x, keys, values, bias, training=False):
         query = self.split_heads(self.query(x) * self.depth**-0.5)
         weights = ops.softmax(ops.matmul(query, ops.transpose(keys, (0, 1, 3, 2))) + bias, axis=-1)
         context = ops.transpose(
             ops.matmul(self.dropout(weights, training=training), values), (0, 2, 1, 3)
         )
         return self.out(ops.reshape(context, (ops.shape(x)[0], -1, self.heads * self.depth)))
-
-    def call(self, x, memory, bias, training=False):
-        return self.attend(x, *self.keys_values(memory), bias, training)
 
 
 class FeedForward(layers.Layer):
@@ -106,7 +103,8 @@ class EncoderLayer(layers.Layer):
 
     def call(self, x, bias, training=False):
         h = self.norm1(x)
-        x = x + self.dropout(self.attention(h, h, bias, training=training), training=training)
+        attention = self.attention(h, *self.attention.keys_values(h), bias, training=training)
+        x = x + self.dropout(attention, training=training)
         return x + self.dropout(
             self.feed_forward(self.norm2(x), training=training), training=training
         )
@@ -126,11 +124,14 @@ class DecoderLayer(layers.Layer):
     def call(self, x, cross_keys, cross_values, self_bias, cross_bias, training=False):
         h = self.norms[0](x)
         x = x + self.dropout(
-            self.self_attention(h, h, self_bias, training=training), training=training
+            self.self_attention(
+                h, *self.self_attention.keys_values(h), self_bias, training=training
+            ),
+            training=training,
         )
         x = x + self.dropout(
-            self.cross_attention.attend(
-                self.norms[1](x), cross_keys, cross_values, cross_bias, training
+            self.cross_attention(
+                self.norms[1](x), cross_keys, cross_values, cross_bias, training=training
             ),
             training=training,
         )
