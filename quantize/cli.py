@@ -394,7 +394,7 @@ class _progress:
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
-        console = Console(stderr=True)
+        console = Console(stderr=True, markup=False)
         self.bar = Progress(
             "calibrating",
             BarColumn(),
@@ -418,7 +418,7 @@ def _print_summary(s: dict, report_path: Path | None) -> None:
 
     from quantize.report import weights_text
 
-    console = Console()
+    console = Console(markup=False)  # tensor names may hold brackets
     ops = Table(title="Ops by precision")
     for column in ("op type", "INT8", "FP32"):
         ops.add_column(column, justify="left" if column == "op type" else "right")

@@ -22,7 +22,13 @@ import onnx
 
 from quantize.pipeline import QuantizeResult, keep_fp32, qdq_model
 from quantize.policy import RULES
-from quantize.validate import OUTPUT_FLOOR_DB, first_samples, model_outputs, sqnr_against
+from quantize.validate import (
+    OUTPUT_FLOOR_DB,
+    Reference,
+    first_samples,
+    reference_outputs,
+    sqnr_against,
+)
 
 Score = Callable[[onnx.ModelProto], float]
 TRIAL_SAMPLES = 8  # held-out samples a one-node trial of the fidelity floor is scored on
@@ -115,7 +121,7 @@ def to_fidelity_floor(result: QuantizeResult, max_nodes: int = 8) -> Fallback:
     threads = result.options.threads
     trial_batches = [first_samples(result.fp32_model, result.held_out[0], TRIAL_SAMPLES)]
 
-    def worst_output_sqnr(reference: dict, batches: list[dict]) -> Score:
+    def worst_output_sqnr(reference: Reference, batches: list[dict]) -> Score:
         return lambda model: min(sqnr_against(reference, model, batches, threads).values())
 
     return fall_back(
@@ -123,7 +129,9 @@ def to_fidelity_floor(result: QuantizeResult, max_nodes: int = 8) -> Fallback:
         worst_output_sqnr(result.fp32_outputs, result.held_out),
         OUTPUT_FLOOR_DB,
         max_nodes,
-        worst_output_sqnr(model_outputs(result.fp32_model, trial_batches, threads), trial_batches),
+        worst_output_sqnr(
+            reference_outputs(result.fp32_model, trial_batches, threads), trial_batches
+        ),
         FLOOR_STEP_DB,
         TRIAL_GROUP,
     )

@@ -41,7 +41,7 @@ from quantize.policy import (
 from quantize.recipe import AUTO_ALPHA, RECIPE_KEY, Recipe, RunOptions, SmoothQuant
 from quantize.runtime import session
 from quantize.target import TARGET_KEY, WEIGHT_FORMATS, WEIGHTS_KEY, host_target
-from quantize.validate import layer_sqnr, model_outputs, sqnr_against
+from quantize.validate import Reference, layer_sqnr, reference_outputs, sqnr_against
 
 __version__ = "0.1.0"
 PREPROCESS_KEY = "quantize.preprocess"
@@ -118,7 +118,9 @@ class QuantizeResult:
     sqnr_samples: str
     clamped: set[str] = field(repr=False)  # tensors whose following Relu the plan absorbed
     held_out: list[dict] = field(repr=False)
-    fp32_outputs: dict = field(repr=False)  # the clean FP32 graph's on held_out, before smoothing
+    fp32_outputs: Reference = field(
+        repr=False
+    )  # the clean FP32 graph's on held_out, before smoothing
     calibration: Calibration = field(repr=False)
     speed_check: str = UNMEASURED  # what keep_fp32_unless_faster measured and did
     weight_choice: str = ""  # why choose_weights took the recipe's weight format, if it chose
@@ -191,7 +193,7 @@ def quantize(
 
     selection = _select(graph, recipe)
     _check_refined_convs(graph, selection.int8, recipe, model_path)
-    fp32_outputs = model_outputs(clean, held_out, options.threads)
+    fp32_outputs = reference_outputs(clean, held_out, options.threads)
     samples = CalibrationSamples(source, n_cal, batch_size, options.threads)
     start = time.perf_counter()
     scaling_muls: dict[str, str] = {}
@@ -405,7 +407,7 @@ def _lower(
     recipe: Recipe,
     options: RunOptions,
     held_out: list[dict],
-    fp32_outputs: dict,
+    fp32_outputs: Reference,
     sqnr_samples: str,
     fallback: dict[str, str],
 ) -> QuantizeResult:
@@ -583,7 +585,7 @@ def _alpha(
     absmax: dict,
     samples: CalibrationSamples,
     held_out: list[dict],
-    fp32_outputs: dict,
+    fp32_outputs: Reference,
 ) -> tuple[float, str]:
     """The recipe's SmoothQuant alpha, or where it leaves a choice, the one whose model (every
     candidate node INT8, calibrated afresh) has the best worst-output SQNR on the held-out

@@ -1,4 +1,12 @@
-"""How much did INT8 lose? Signal-to-quantization-noise ratios against the FP32 model."""
+"""How much did INT8 lose? Signal-to-quantization-noise ratios against the FP32 model.
+
+An output that a Concat writes is judged part by part, each input of the Concat apart: a
+detector's output joins its boxes (in pixels) and its class scores (0 to 1), and measured as
+one tensor, the boxes' signal hides the scores' noise. The whole's ratio lies between its
+parts', so the worst part is never better than the whole: judging by parts is only stricter.
+"""
+
+from dataclasses import dataclass
 
 import numpy as np
 import onnx
@@ -23,11 +31,81 @@ def sqnr_db(reference: np.ndarray, approximation: np.ndarray) -> float:
     return float(10 * np.log10(signal / noise)) if signal > 0 else float("-inf")
 
 
+@dataclass(frozen=True)
+class OutputPart:
+    """Positions `start:stop` along `axis` of the output `output` (the whole of it when `axis`
+    is None), named `label` where measures are reported."""
+
+    output: str
+    label: str
+    axis: int | None = None
+    start: int = 0
+    stop: int = 0
+
+    def of(self, array: np.ndarray) -> np.ndarray:
+        if self.axis is None:
+            return array
+        return array[(slice(None),) * self.axis + (slice(self.start, self.stop),)]
+
+
+@dataclass(frozen=True)
+class Reference:
+    """The FP32 model's outputs over some batches (output name -> one array per batch), and the
+    parts the measures judge apart."""
+
+    outputs: dict[str, list[np.ndarray]]
+    parts: list[OutputPart]
+
+
+def reference_outputs(model: onnx.ModelProto, batches: list[dict], threads: int = 0) -> Reference:
+    """`model`'s outputs over `batches` to measure INT8 models against, computed once."""
+    return Reference(model_outputs(model, batches, threads), output_parts(model))
+
+
+def output_parts(model: onnx.ModelProto) -> list[OutputPart]:
+    """Each output of `model` as the inputs of the Concat that writes it, labelled
+    `output[input]`, where the graph records their sizes along its axis; else the whole output."""
+    writers = {o: n for n in model.graph.node for o in n.output}
+    typed = [*model.graph.value_info, *model.graph.input, *model.graph.output]
+    dims = {v.name: list(v.type.tensor_type.shape.dim) for v in typed}
+    parts = []
+    for output in (o.name for o in model.graph.output):
+        concat = writers.get(output)
+        pieces = _concat_sizes(concat, dims) if concat is not None else None
+        if not pieces:
+            parts.append(OutputPart(output, output))
+            continue
+        axis, start = pieces[0][1], 0
+        for name, _, size in pieces:
+            parts.append(OutputPart(output, f"{output}[{name}]", axis, start, start + size))
+            start += size
+    return parts
+
+
+def _concat_sizes(node: onnx.NodeProto, dims: dict) -> list[tuple[str, int, int]] | None:
+    """(input, axis, size along the axis) of each input of a Concat of two or more distinct
+    inputs whose sizes along the axis are known; None otherwise."""
+    if node.op_type != "Concat" or len(set(node.input)) != len(node.input) < 2:
+        return None
+    axis = next(a.i for a in node.attribute if a.name == "axis")
+    pieces = []
+    for name in node.input:
+        shape = dims.get(name)
+        if not shape:
+            return None
+        dim = shape[axis]
+        if not dim.HasField("dim_value"):
+            return None
+        pieces.append((name, axis % len(shape), dim.dim_value))
+    return pieces
+
+
 def output_sqnr(
     fp32: onnx.ModelProto, int8: onnx.ModelProto, batches: list[dict], threads: int = 0
 ) -> dict[str, float]:
-    """SQNR of every model output over `batches`, the INT8 model run with ORT's fused kernels."""
-    return sqnr_against(model_outputs(fp32, batches, threads), int8, batches, threads)
+    """SQNR of every model output (part) over `batches`, the INT8 model run with ORT's fused
+    kernels."""
+    return sqnr_against(reference_outputs(fp32, batches, threads), int8, batches, threads)
 
 
 def model_outputs(model: onnx.ModelProto, batches: list[dict], threads: int = 0) -> dict:
@@ -39,39 +117,48 @@ def model_outputs(model: onnx.ModelProto, batches: list[dict], threads: int = 0)
 
 
 def sqnr_against(
-    reference: dict, int8: onnx.ModelProto, batches: list[dict], threads: int = 0
+    reference: Reference, int8: onnx.ModelProto, batches: list[dict], threads: int = 0
 ) -> dict[str, float]:
-    """SQNR of each output of `int8` over `batches` against the `reference` outputs (FP32's,
-    from `model_outputs`, computed once where many INT8 models are compared). Positions a
+    """SQNR of each output part of `int8` over `batches` against the `reference` (FP32's, from
+    `reference_outputs`, computed once where many INT8 models are compared). Positions a
     batch's padding mask marks as padding do not count (`real_tokens`)."""
     got = model_outputs(int8, batches, threads)
     # flat: feeds of a sequence model may differ in shape from batch to batch
     return {
-        name: sqnr_db(
-            np.concatenate([real_tokens(r, b) for r, b in zip(ref, batches)]),
-            np.concatenate([real_tokens(g, b) for g, b in zip(got[name], batches)]),
+        part.label: sqnr_db(
+            np.concatenate(
+                [
+                    real_tokens(part.of(r), b)
+                    for r, b in zip(reference.outputs[part.output], batches)
+                ]
+            ),
+            np.concatenate([real_tokens(part.of(g), b) for g, b in zip(got[part.output], batches)]),
         )
-        for name, ref in reference.items()
+        for part in reference.parts
     }
 
 
 def cosine_against(
-    reference: dict, int8: onnx.ModelProto, batches: list[dict], threads: int = 0
+    reference: Reference, int8: onnx.ModelProto, batches: list[dict], threads: int = 0
 ) -> dict[str, float]:
-    """Mean over samples of the cosine between each output of `int8` and the `reference`
-    outputs, a sample's output (its real tokens, `real_tokens`) one vector."""
+    """Mean over samples of the cosine between each output part of `int8` and the `reference`'s,
+    a sample's part (its real tokens, `real_tokens`) one vector."""
     got = model_outputs(int8, batches, threads)
     return {
-        name: float(
+        part.label: float(
             np.mean(
                 [
                     _cosine(r, g)
-                    for ref_batch, got_batch, b in zip(ref, got[name], batches)
-                    for r, g in zip(_sample_rows(ref_batch, b), _sample_rows(got_batch, b))
+                    for ref_batch, got_batch, b in zip(
+                        reference.outputs[part.output], got[part.output], batches
+                    )
+                    for r, g in zip(
+                        _sample_rows(part.of(ref_batch), b), _sample_rows(part.of(got_batch), b)
+                    )
                 ]
             )
         )
-        for name, ref in reference.items()
+        for part in reference.parts
     }
 
 

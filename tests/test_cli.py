@@ -399,6 +399,45 @@ def test_below_the_fidelity_floor_the_nodes_that_cost_most_go_back_to_fp32_by_de
     assert "was below the 20 dB floor: 1 node(s) back to FP32 (mm)" in run.stderr
 
 
+def _detector_head(tmp_path):
+    """d.onnx and f.npy: out = Concat(boxes in pixels, sigmoid class scores) on axis 1, as a
+    detector's output."""
+    rng = np.random.default_rng(0)
+    helper = onnx.helper
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w_box"], ["box"], name="box_mm"),
+            helper.make_node("Mul", ["box", "pixels"], ["boxes"], name="to_pixels"),
+            helper.make_node("MatMul", ["x", "w_cls"], ["logits"], name="cls_mm"),
+            helper.make_node("Sigmoid", ["logits"], ["scores"], name="sigmoid"),
+            helper.make_node("Concat", ["boxes", "scores"], ["out"], name="join", axis=1),
+        ],
+        "head",
+        [helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, ["N", 16])],
+        [helper.make_tensor_value_info("out", onnx.TensorProto.FLOAT, ["N", 10])],
+        [
+            onnx.numpy_helper.from_array(rng.normal(0, 1, (16, 4)).astype(np.float32), "w_box"),
+            onnx.numpy_helper.from_array(rng.normal(0, 1, (16, 6)).astype(np.float32), "w_cls"),
+            onnx.numpy_helper.from_array(np.float32(320.0), "pixels"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, str(tmp_path / "d.onnx"))
+    np.save(tmp_path / "f.npy", rng.normal(0, 1, (80, 16)).astype(np.float32))
+
+
+def test_an_output_joining_boxes_and_scores_is_measured_and_shown_part_by_part(tmp_path):
+    _detector_head(tmp_path)
+    common = [tmp_path / "d.onnx", "--calib", tmp_path / "f.npy", "-o", tmp_path / "q.onnx"]
+    run = quantize(*common, "--json", "--no-kernel-timing", "--keep-low-fidelity")
+    assert run.returncode == 0, run.stderr
+    assert set(json.loads(run.stdout)["output_sqnr_db"]) == {"out[boxes]", "out[scores]"}
+    shown = quantize(*common, "--no-kernel-timing", "--keep-low-fidelity")  # the rich summary
+    assert shown.returncode == 0, shown.stderr
+    assert "output SQNR out[scores]" in shown.stdout
+
+
 def test_a_model_is_quantized_again_with_the_recipe_it_carries(conv_model, calib_npz, tmp_path):
     first = quantize(
         conv_model,
