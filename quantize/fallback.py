@@ -34,6 +34,7 @@ Score = Callable[[onnx.ModelProto], float]
 TRIAL_SAMPLES = 8  # held-out samples a one-node trial of the fidelity floor is scored on
 TRIAL_GROUP = 8  # nodes the fidelity floor's trials screen together
 FLOOR_STEP_DB = 0.5  # what a node back in FP32 must add to the output SQNR (11 % less noise)
+REASON = "accuracy fallback"  # how a node this module sends back to FP32 is marked
 
 
 @dataclass
@@ -80,7 +81,7 @@ def fall_back(
     chosen: dict[str, str] = {}
     after, best = before, result
     for name in ranked:
-        reason = f"accuracy fallback: alone in FP32 it raised the score by {gains[name]:.4g}"
+        reason = f"{REASON}: alone in FP32 it raised the score by {gains[name]:.4g}"
         step = keep_fp32(result, {**chosen, name: reason})
         step_score = score(step.model)
         if step_score - after <= min_gain:

@@ -23,6 +23,7 @@ import onnx_ir as ir
 from benchmarks.rivals import nncf_int8, ort_quantize_dynamic, ort_quantize_static
 from benchmarks.zoo import minilm, ppocr, yolo
 from benchmarks.zoo.zoo_model import ZooModel
+from quantize import fallback
 from quantize.bench import compare, compare_per_core
 from quantize.pipeline import WHOLE_FP32, QuantizeResult, cleaned_fp32, quantize
 from quantize.recipe import Recipe, RunOptions, preset, preset_for
@@ -115,6 +116,11 @@ def run_model(
             smoothing=summary["smoothing"],
             weights=summary["weights"]["format"],
             weight_choice=summary["weights"]["choice"],
+            accuracy_fallback=[
+                n["name"]
+                for n in summary["coverage"]["fp32_nodes"]
+                if n["reason"].startswith(fallback.REASON)
+            ],
         )
         record["rivals"] = {}
         for name, make in (
