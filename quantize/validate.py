@@ -85,7 +85,7 @@ def output_parts(model: onnx.ModelProto) -> list[OutputPart]:
 def _concat_sizes(node: onnx.NodeProto, dims: dict) -> list[tuple[str, int, int]] | None:
     """(input, axis, size along the axis) of each input of a Concat of two or more distinct
     inputs whose sizes along the axis are known; None otherwise."""
-    if node.op_type != "Concat" or len(set(node.input)) != len(node.input) < 2:
+    if node.op_type != "Concat" or len(node.input) < 2 or len(set(node.input)) < len(node.input):
         return None
     axis = next(a.i for a in node.attribute if a.name == "axis")
     pieces = []
@@ -94,7 +94,7 @@ def _concat_sizes(node: onnx.NodeProto, dims: dict) -> list[tuple[str, int, int]
         if not shape:
             return None
         dim = shape[axis]
-        if not dim.HasField("dim_value"):
+        if not dim.HasField("dim_value") or dim.dim_value <= 0:  # Paddle2ONNX writes -1
             return None
         pieces.append((name, axis % len(shape), dim.dim_value))
     return pieces

@@ -127,3 +127,10 @@ def test_output_cosine_is_judged_by_parts_too():
     cosine = cosine_against(reference, _detector(-0.5), batches)
     assert cosine["out[pixels]"] == pytest.approx(1.0)
     assert cosine["out[scored]"] < 0.9
+
+
+def test_a_concat_of_one_tensor_with_itself_is_measured_whole():
+    model = _detector(0.0)
+    model.graph.node[2].input[:] = ["scored", "scored"]
+    model.graph.output[0].type.tensor_type.shape.dim[1].dim_value = 36
+    assert [p.label for p in reference_outputs(model, _detector_batches()).parts] == ["out"]
