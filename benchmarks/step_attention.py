@@ -12,8 +12,9 @@ INT8 cache: every cached key and value int8 (per-tensor static scales; 7 bits wh
 kernels saturate), the new ones quantized into it, each product a MatMulIntegerToFloat of the
 quantized query or attention weights with the int8 cache, the keys stored (B, H, D, positions) so
 that no Transpose copies them. The INT8 cache moves a quarter of the bytes; its outputs differ
-from FP32's by its rounding (the context's RMS error over its RMS, on these random feeds). The shapes are the translator's at two
-cache lengths and Transformer-base's decoder step; threads 1 (a batcher stream) and all cores.
+from FP32's by its rounding (the context's RMS error over its RMS, on these random feeds). The
+shapes are the translator's at two cache lengths and Transformer-base's decoder step; threads 1
+(a batcher stream) and all cores.
 Writes benchmarks/results/step_attention_TARGET.{json,md}.
 """
 
@@ -94,14 +95,15 @@ def int8_cached() -> list[onnx.NodeProto]:
         inputs = [a, b, a_scale, b_scale, a_zero, "zero_int8"]
         return make("MatMulIntegerToFloat", inputs, [out], domain="com.microsoft")
 
-    def attention(query, keys, values, prefix, bias=None):
-        """context4 of `query` (float, (B, hidden)) over the int8 `keys` and `values`."""
+    def attention(query, keys, values, prefix, out, bias=None):
+        """`out`, (B, hidden), of `query` (float, (B, hidden)) over the int8 `keys` and `values`,
+        whose scales are `{prefix}key_scale` and `{prefix}value_scale`."""
         scale = f"{prefix}query_scale"
         scored = [f"{prefix}scores"] if bias is None else [f"{prefix}unbiased"]
         nodes = [
             make("QuantizeLinear", [query, scale, "zero_uint8"], [f"{prefix}query_q"]),
             make("Reshape", [f"{prefix}query_q", "heads_one"], [f"{prefix}query4"]),
-            product(f"{prefix}query4", keys, scale, f"{keys}_scale", "zero_uint8", scored[0]),
+            product(f"{prefix}query4", keys, scale, f"{prefix}key_scale", "zero_uint8", scored[0]),
         ]
         if bias is not None:
             nodes.append(make("Add", [scored[0], bias], [f"{prefix}scores"]))
@@ -112,22 +114,22 @@ def int8_cached() -> list[onnx.NodeProto]:
                 f"{prefix}weights_q",
                 values,
                 "weight_scale",
-                f"{values}_scale",
+                f"{prefix}value_scale",
                 "zero_weight",
                 f"{prefix}context4",
             ),
-            make("Reshape", [f"{prefix}context4", "flat"], [f"{prefix}context"]),
+            make("Reshape", [f"{prefix}context4", "flat"], [out]),
         ]
 
     return [
-        make("QuantizeLinear", ["key", "present_key_scale", "zero_int8"], ["key_q"]),
-        make("QuantizeLinear", ["value", "present_value_scale", "zero_int8"], ["value_q"]),
+        make("QuantizeLinear", ["key", "self_key_scale", "zero_int8"], ["key_q"]),
+        make("QuantizeLinear", ["value", "self_value_scale", "zero_int8"], ["value_q"]),
         make("Reshape", ["key_q", "heads_depth_one"], ["key4"]),
         make("Reshape", ["value_q", "heads_one"], ["value4"]),
         make("Concat", ["past_key", "key4"], ["present_key"], axis=3),
         make("Concat", ["past_value", "value4"], ["present_value"], axis=2),
-        *attention("query", "present_key", "present_value", "self_"),
-        *attention("self_context", "cross_key", "cross_value", "", bias="bias"),
+        *attention("query", "present_key", "present_value", "self_", "self"),
+        *attention("self", "cross_key", "cross_value", "cross_", "context", bias="bias"),
     ]
 
 
@@ -139,20 +141,14 @@ def cache_scales(feeds: dict[str, np.ndarray]) -> dict[str, float]:
     def scale(names, levels):
         return max(float(np.abs(feeds[n]).max()) for n in names) / levels
 
-    key, value = (
-        scale(("past_key", "key"), cache_levels),
-        scale(("past_value", "value"), cache_levels),
-    )
     return {
-        "past_key_scale": key,
-        "present_key_scale": key,
-        "past_value_scale": value,
-        "present_value_scale": value,
+        "self_key_scale": scale(("past_key", "key"), cache_levels),
+        "self_value_scale": scale(("past_value", "value"), cache_levels),
         "cross_key_scale": scale(("cross_key",), cache_levels),
         "cross_value_scale": scale(("cross_value",), cache_levels),
         "self_query_scale": scale(("query",), 127),
         # the cross-attention's query is a mix of value rows: the values bound it
-        "query_scale": scale(("past_value", "value"), 127),
+        "cross_query_scale": scale(("past_value", "value"), 127),
     }
 
 
@@ -160,7 +156,8 @@ def int8_feeds(feeds: dict[str, np.ndarray], scales: dict[str, float]) -> dict[s
     """`feeds` with the cache rounded to int8 at `scales`, the keys (B, H, D, positions)."""
     out = dict(feeds)
     for name in ("past_key", "past_value", "cross_key", "cross_value"):
-        q = np.clip(np.round(feeds[name] / scales[f"{name}_scale"]), -127, 127).astype(np.int8)
+        scale = scales[name.replace("past_", "self_") + "_scale"]
+        q = np.clip(np.round(feeds[name] / scale), -127, 127).astype(np.int8)
         out[name] = np.ascontiguousarray(q.transpose(0, 1, 3, 2)) if name in KEYS else q
     return out
 

@@ -118,9 +118,8 @@ class QuantizeResult:
     sqnr_samples: str
     clamped: set[str] = field(repr=False)  # tensors whose following Relu the plan absorbed
     held_out: list[dict] = field(repr=False)
-    fp32_outputs: Reference = field(
-        repr=False
-    )  # the clean FP32 graph's on held_out, before smoothing
+    # the clean FP32 graph's outputs on held_out, before smoothing
+    fp32_outputs: Reference = field(repr=False)
     calibration: Calibration = field(repr=False)
     speed_check: str = UNMEASURED  # what keep_fp32_unless_faster measured and did
     weight_choice: str = ""  # why choose_weights took the recipe's weight format, if it chose

@@ -72,23 +72,24 @@ def output_parts(model: onnx.ModelProto) -> list[OutputPart]:
     for output in (o.name for o in model.graph.output):
         concat = writers.get(output)
         pieces = _concat_sizes(concat, dims) if concat is not None else None
-        if not pieces:
+        if pieces is None:
             parts.append(OutputPart(output, output))
             continue
-        axis, start = pieces[0][1], 0
-        for name, _, size in pieces:
+        axis, sizes = pieces
+        start = 0
+        for name, size in sizes:
             parts.append(OutputPart(output, f"{output}[{name}]", axis, start, start + size))
             start += size
     return parts
 
 
-def _concat_sizes(node: onnx.NodeProto, dims: dict) -> list[tuple[str, int, int]] | None:
-    """(input, axis, size along the axis) of each input of a Concat of two or more distinct
-    inputs whose sizes along the axis are known; None otherwise."""
+def _concat_sizes(node: onnx.NodeProto, dims: dict) -> tuple[int, list[tuple[str, int]]] | None:
+    """The axis of a Concat of two or more distinct inputs, and each input's size along it, where
+    every size is known; None otherwise."""
     if node.op_type != "Concat" or len(node.input) < 2 or len(set(node.input)) < len(node.input):
         return None
     axis = next(a.i for a in node.attribute if a.name == "axis")
-    pieces = []
+    sizes = []
     for name in node.input:
         shape = dims.get(name)
         if not shape:
@@ -96,8 +97,8 @@ def _concat_sizes(node: onnx.NodeProto, dims: dict) -> list[tuple[str, int, int]
         dim = shape[axis]
         if not dim.HasField("dim_value") or dim.dim_value <= 0:  # Paddle2ONNX writes -1
             return None
-        pieces.append((name, axis % len(shape), dim.dim_value))
-    return pieces
+        sizes.append((name, dim.dim_value))
+    return axis % len(shape), sizes
 
 
 def output_sqnr(

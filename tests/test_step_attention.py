@@ -28,9 +28,9 @@ def test_the_int8_cache_grows_as_the_float_cache_rounded_and_attends_within_its_
 
     assert got[1].dtype == np.int8 and got[1].shape == (64, 4, 64, 17)  # keys (B, H, D, T)
     assert np.array_equal(
-        got[1], rounded(present_key, scales["present_key_scale"]).transpose(0, 1, 3, 2)
+        got[1], rounded(present_key, scales["self_key_scale"]).transpose(0, 1, 3, 2)
     )
-    assert np.array_equal(got[2], rounded(present_value, scales["present_value_scale"]))
+    assert np.array_equal(got[2], rounded(present_value, scales["self_value_scale"]))
     error = np.sqrt(np.mean((got[0] - context) ** 2) / np.mean(context**2))
     assert 0 < error < 0.15
     assert np.allclose(
