@@ -10,6 +10,7 @@ import onnx_ir as ir
 
 from calibration import StreamingHistogram, choose_range
 from quantize.policy import FLOAT_OUTPUT_FUSIONS, RULES, clamps_at_zero
+from quantize.reader_ranges import narrowed_to_readers
 from quantize.recipe import Recipe
 from quantize.target import WEIGHT_FORMATS, WeightFormat
 
@@ -40,6 +41,7 @@ def make_plan(
         for name, h in histograms.items()
         if h.total and not h.beyond
     }
+    ranges = narrowed_to_readers(model, nodes, ranges)
     plan = QuantPlan(
         set(nodes),
         ranges,
