@@ -2,8 +2,8 @@
 
 A SiLU, x * sigmoid(x), is flat below about -5: every x there gives an output within a fraction
 of one step of the SiLU output's own grid. Spending the input's 256 levels on a tail its reader
-cannot show coarsens the part it does show (in YOLOv8n a calibrated input reaching -70 is read
-by a SiLU whose output step is 0.03). So a Conv output read only by SiLUs is clipped at the x
+cannot show coarsens the part it does show (YOLOv8n's calibrated Conv outputs reach tens of
+units below zero). So a Conv output read only by SiLUs is clipped at the x
 where the SiLU is within a quarter of an output step of 0: every clipped value errs with one
 sign, so it is held to half the rounding bound. The hard-swish family is left alone: clipping
 its input at -3 measured worse on the PP-OCRv4 recogniser (docs/zoo.md).
@@ -13,6 +13,8 @@ import math
 
 import onnx_ir as ir
 from scipy.optimize import brentq
+
+from quantize.passes.rewrite import read_once
 
 SILU_ARGMIN = -1.2784645  # silu'(x) = 0: below it SiLU rises back towards 0
 CLIPPED_ERROR = 0.25  # in output steps
@@ -41,20 +43,17 @@ def _graph_values(model: ir.Model):
 
 
 def _silu_output(value: ir.Value, user: ir.Node, nodes: set[str]) -> str | None:
-    """The output of the quantized SiLU `user` belongs to, reading `value`; else None."""
-    sigmoid, mul = (user, None) if user.op_type == "Sigmoid" else (None, user)
-    if sigmoid is not None:
-        uses = sigmoid.outputs[0].uses()
-        mul = uses[0][0] if len(uses) == 1 and not sigmoid.outputs[0].is_graph_output() else None
-    if mul is None or mul.op_type != "Mul" or len(mul.inputs) != 2:
+    """The output of the quantized SiLU, value * sigmoid(value), that `user` belongs to; else None."""
+    mul = user
+    if user.op_type == "Sigmoid":
+        mul = user.outputs[0].uses()[0][0] if read_once(user.outputs[0]) else None
+    if mul is None or mul.op_type != "Mul" or mul.name not in nodes:
         return None
-    other = mul.inputs[1] if mul.inputs[0] is value else mul.inputs[0]
-    producer = other.producer()
-    if producer is None or producer.op_type != "Sigmoid" or producer.inputs[0] is not value:
+    gates = [v for v in mul.inputs if v is not value]
+    sigmoid = gates[0].producer() if len(gates) == 1 and len(mul.inputs) == 2 else None
+    if sigmoid is None or sigmoid.op_type != "Sigmoid" or sigmoid.inputs[0] is not value:
         return None
-    if sigmoid is not None and producer is not sigmoid:
-        return None
-    if not {producer.name, mul.name} <= nodes or len(other.uses()) != 1:
+    if sigmoid.name not in nodes or not read_once(gates[0]):
         return None
     return mul.outputs[0].name
 
