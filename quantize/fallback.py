@@ -2,23 +2,29 @@
 
 `score(model) -> float` is the user's metric, higher is better (top-1, BLEU, the worst
 sentence's cosine to FP32...). Each INT8 node with a weight is tried once in FP32 with the
-rest in INT8 (a trial reuses the calibration: one lowering and one score); then nodes go
-back to FP32 in the order of what their trial gained, one at a time, until the score
-reaches `target` or `max_nodes` are back. A step that does not raise the score by more than
-`min_gain` is undone and ends the search: a node costs speed in FP32, so it goes back only
-where it buys fidelity.
+rest in INT8 (a trial reuses the calibration: one lowering and one score), and once more
+with the INT8 nodes that make its input, if it has any (`input_makers`): a Conv in FP32 still
+reads the uint8 its SiLU wrote, so where that rounding is the loss, only the Conv and its
+input's makers together remove it. Then these units go back to FP32 in the order of what
+their trial gained, one at a time, until the score reaches `target` or `max_nodes` units are
+back; a unit larger than its weighted node alone is a candidate only if it gains more than
+`min_gain` over it. A step that does not raise the score by more than `min_gain` is undone
+and ends the search: a node costs speed in FP32, so it goes back only where it buys fidelity.
+Once a step leaves a weighted node writing only to FP32 readers, that node is tried next (and
+only undone if it does not gain): in FP32 it writes them float, where in INT8 it rounds.
 
 Without a task metric, `to_fidelity_floor` scores the output SQNR on the held-out samples:
 the CLI's default when a model falls below the floor, so that low fidelity is fixed where a
 few nodes can fix it, not only reported. Output noise power adds up over the nodes that make
 it, so a node gains less alone than any group it is in: the floor's trials screen the nodes a
-group at a time, and try alone only the members of a group that gains enough.
+group at a time, and try on their own only the members of a group that gains enough.
 """
 
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import onnx
+import onnx_ir as ir
 
 from quantize.pipeline import QuantizeResult, keep_fp32, qdq_model
 from quantize.policy import RULES
@@ -45,6 +51,8 @@ class Fallback:
     score_after: float
     fp32_nodes: list[str]  # in the order they went back
     trial_gains: dict[str, float]  # node -> score with it alone in FP32, minus the score before
+    # node -> score with it and its input_makers in FP32, minus the score before (where it has any)
+    unit_gains: dict[str, float]
 
     @property
     def met(self) -> bool:
@@ -60,55 +68,126 @@ def fall_back(
     min_gain: float = 0.0,
     group_size: int = 1,
 ) -> Fallback:
-    """`trial_score`, if given, ranks the one-node trials in place of `score` (a cheaper stand-in
-    of it: fewer samples); the steps after are scored with `score` and kept only if they raise
-    it by more than `min_gain`. With `group_size` > 1, nodes are first tried `group_size` at a
-    time in graph order, and only the members of a group that gains more than `min_gain` are
-    tried alone: sound for a metric whose loss adds up over nodes. With `max_nodes=0`, only the
-    result's score: no trials."""
+    """`trial_score`, if given, ranks the trials in place of `score` (a cheaper stand-in of it:
+    fewer samples); the steps after are scored with `score` and kept only if they raise it by
+    more than `min_gain`. With `group_size` > 1, weighted nodes are first tried `group_size` at
+    a time in graph order, with their input makers, and only the members of a group that gains
+    more than `min_gain` are tried on their own: sound for a metric whose loss adds up over
+    nodes. With `max_nodes=0`, only the result's score: no trials."""
     before = score(result.model)
     if before >= target or max_nodes == 0:
-        return Fallback(result, target, before, before, [], {})
+        return Fallback(result, target, before, before, [], {}, {})
     trial = trial_score or score
     base = before if trial_score is None else trial(result.model)
-    weighted = [
-        d.name
-        for d in result.decisions
-        if d.precision == "int8" and d.op_type in RULES and RULES[d.op_type].weight is not None
+    units = _units(result)
+    gains, unit_gains = _trial_gains(result, trial, base, units, group_size, min_gain)
+    candidates = [((name,), gain, "alone") for name, gain in gains.items()]
+    candidates += [
+        ((name, *units[name]), gain, f"with {', '.join(units[name])} (which make its input)")
+        for name, gain in unit_gains.items()
+        if gain > gains[name] + min_gain
     ]
-    gains = _trial_gains(result, trial, base, weighted, group_size, min_gain)
-    ranked = sorted((n for n in gains if gains[n] > 0), key=gains.get, reverse=True)[:max_nodes]
+    queue = [
+        (nodes, f"{nodes[0]} in FP32 {how} raised the score by {gain:.4g}", True)
+        for nodes, gain, how in sorted(candidates, key=lambda c: c[1], reverse=True)
+        if gain > 0
+    ]
+    graph = result.calibration.graph.graph
     chosen: dict[str, str] = {}
-    after, best = before, result
-    for name in ranked:
-        reason = f"{REASON}: alone in FP32 it raised the score by {gains[name]:.4g}"
-        step = keep_fp32(result, {**chosen, name: reason})
+    after, best, steps = before, result, 0
+    while queue and steps < max_nodes and after < target:
+        nodes, why, ranked = queue.pop(0)
+        if set(nodes) <= set(chosen):
+            continue
+        tried = {**chosen, **dict.fromkeys(nodes, f"{REASON}: {why}")}
+        step = keep_fp32(result, tried)
         step_score = score(step.model)
         if step_score - after <= min_gain:
-            break
-        chosen[name], best, after = reason, step, step_score
-        if after >= target:
-            break
-    return Fallback(best, target, before, after, list(chosen), gains)
+            if ranked:  # the ranked steps after it gained less alone
+                break
+            continue
+        chosen, best, after, steps = tried, step, step_score, steps + 1
+        feeders = [
+            node.name for node in graph if node.name in units and _read_only_by(node, chosen)
+        ]
+        if feeders:
+            queue.insert(0, (tuple(feeders), "every node reading its output is in FP32", False))
+    return Fallback(best, target, before, after, list(chosen), gains, unit_gains)
+
+
+def _read_only_by(node: ir.Node, names: dict[str, str]) -> bool:
+    """Does nothing but the nodes in `names` read what `node` writes? If they are in FP32, so
+    may it be: it writes them float, not rounded to uint8."""
+    outputs = node.outputs
+    readers = {use.node.name for out in outputs for use in out.uses()}
+    return (
+        node.name not in names
+        and readers <= set(names)
+        and not any(out.is_graph_output() for out in outputs)
+    )
+
+
+def _units(result: QuantizeResult) -> dict[str, list[str]]:
+    """Each INT8 node with a weight -> its `input_makers`, in graph order."""
+    decided = {d.name: d for d in result.decisions if d.precision == "int8"}
+    weighted = {
+        name
+        for name, d in decided.items()
+        if d.op_type in RULES and RULES[d.op_type].weight is not None
+    }
+    graph = result.calibration.graph.graph
+    return {
+        node.name: input_makers(node, set(decided) - weighted)
+        for node in graph
+        if node.name in weighted
+    }
+
+
+def input_makers(node: ir.Node, free: set[str]) -> list[str]:
+    """The nodes named in `free` that `node`'s data input is made by, walking back from it
+    through such nodes only, each taken only if nothing else reads what it writes: in FP32
+    with `node`, they let it read its input unrounded. Sorted by name."""
+    unit, makers, pending = {node}, set(), [node.inputs[0]]
+    while pending:
+        maker = pending.pop().producer()
+        if maker is None or maker in unit or maker.name not in free:
+            continue
+        readers = {use.node for out in maker.outputs for use in out.uses()}
+        if readers <= unit and not any(out.is_graph_output() for out in maker.outputs):
+            unit.add(maker)
+            makers.add(maker.name)
+            pending += [value for value in maker.inputs if value is not None]
+    return sorted(makers)
 
 
 def _trial_gains(
     result: QuantizeResult,
     trial: Score,
     base: float,
-    nodes: list[str],
+    units: dict[str, list[str]],
     group_size: int,
     min_gain: float,
-) -> dict[str, float]:
-    """Each node's trial score alone in FP32 minus `base`, for the nodes of the groups that gain
-    more than `min_gain` together (a group of one is its own trial)."""
+) -> tuple[dict[str, float], dict[str, float]]:
+    """The trial score minus `base` of each weighted node alone in FP32, and with its input
+    makers, for the nodes of the groups that gain more than `min_gain` together (each with its
+    makers; a group of one is its own trial)."""
+    nodes = list(units)
     groups = [nodes[i : i + group_size] for i in range(0, len(nodes), group_size)]
+
+    def together(group: list[str]) -> set[str]:
+        return {n for name in group for n in (name, *units[name])}
+
     screened = [
-        group
+        name
         for group in groups
-        if len(group) == 1 or trial(qdq_model(result, set(group))) - base > min_gain
+        if len(group) == 1 or trial(qdq_model(result, together(group))) - base > min_gain
+        for name in group
     ]
-    return {name: trial(qdq_model(result, {name})) - base for group in screened for name in group}
+    alone = {name: trial(qdq_model(result, {name})) - base for name in screened}
+    with_makers = {
+        name: trial(qdq_model(result, together([name]))) - base for name in screened if units[name]
+    }
+    return alone, with_makers
 
 
 def to_fidelity_floor(result: QuantizeResult, max_nodes: int = 8) -> Fallback:
@@ -118,7 +197,7 @@ def to_fidelity_floor(result: QuantizeResult, max_nodes: int = 8) -> Fallback:
     time. With `max_nodes=0`, only what the result measured."""
     before = min(result.output_sqnr_db.values())
     if before >= OUTPUT_FLOOR_DB or max_nodes == 0:
-        return Fallback(result, OUTPUT_FLOOR_DB, before, before, [], {})
+        return Fallback(result, OUTPUT_FLOOR_DB, before, before, [], {}, {})
     threads = result.options.threads
     trial_batches = [first_samples(result.fp32_model, result.held_out[0], TRIAL_SAMPLES)]
 

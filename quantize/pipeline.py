@@ -116,7 +116,7 @@ class QuantizeResult:
     calibration_seconds: float
     output_sqnr_db: dict[str, float]
     sqnr_samples: str
-    clamped: set[str] = field(repr=False)  # tensors whose following Relu the plan absorbed
+    floors: dict[str, float] = field(repr=False)  # the plan's (quantize/plan.py)
     held_out: list[dict] = field(repr=False)
     # the clean FP32 graph's outputs on held_out, before smoothing
     fp32_outputs: Reference = field(repr=False)
@@ -133,7 +133,7 @@ class QuantizeResult:
         read, not at each lowering: the fallback and the weight choice lower many models and
         judge them by their outputs; only the model the user gets is reported layer by layer."""
         return layer_sqnr(
-            self.fp32_model, self.model, self.clamped, self.held_out[0], self.options.threads
+            self.fp32_model, self.model, self.floors, self.held_out[0], self.options.threads
         )
 
     @cached_property
@@ -428,7 +428,7 @@ def _lower(
         calibration_seconds=calibration.seconds,
         output_sqnr_db=sqnr_against(fp32_outputs, int8, held_out, options.threads),
         sqnr_samples=sqnr_samples,
-        clamped=set(plan.absorbed.values()),
+        floors=plan.floors,
         held_out=held_out,
         fp32_outputs=fp32_outputs,
         calibration=calibration,

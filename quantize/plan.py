@@ -30,6 +30,9 @@ class QuantPlan:
     residual: set[str] = field(
         default_factory=set
     )  # Convs whose input's rounding residual gets its own Conv (passes/residual_input.py)
+    # tensor -> where its range is clipped below for its readers, which cannot tell the values
+    # under it apart (a SiLU's flat tail, an absorbed Relu's zero): their FP32 reference too
+    floors: dict[str, float] = field(default_factory=dict)
 
 
 def make_plan(
@@ -41,14 +44,15 @@ def make_plan(
         for name, h in histograms.items()
         if h.total and not h.beyond
     }
-    ranges = narrowed_to_readers(model, nodes, ranges)
+    narrowed = narrowed_to_readers(model, nodes, ranges)
     plan = QuantPlan(
         set(nodes),
-        ranges,
+        narrowed,
         WEIGHT_FORMATS[recipe.weights],
         recipe.runtime,
         wide=set(recipe.overrides.wide_outputs) & set(nodes),
         residual=set(recipe.overrides.residual_inputs) & set(nodes),
+        floors={name: lo for name, (lo, _) in narrowed.items() if lo > ranges[name][0]},
     )
     alias: dict[str, str] = {}
     for node in model.graph:
@@ -56,6 +60,7 @@ def make_plan(
             source, result = node.inputs[0].name, node.outputs[0].name
             plan.ranges[source] = (0.0, plan.ranges[result][1])
             plan.absorbed[node.name] = source
+            plan.floors[source] = 0.0
             alias[result] = source
     for node in model.graph:
         if node.name not in plan.nodes:

@@ -199,13 +199,18 @@ def _padding_mask(output: np.ndarray, batch: dict) -> np.ndarray | None:
 
 
 def layer_sqnr(
-    fp32: onnx.ModelProto, int8: onnx.ModelProto, clamped: set[str], batch: dict, threads: int = 0
+    fp32: onnx.ModelProto,
+    int8: onnx.ModelProto,
+    floors: dict[str, float],
+    batch: dict,
+    threads: int = 0,
 ) -> dict[str, float]:
     """SQNR of each quantized activation (its uint8 QuantizeLinear output, dequantized, vs the
     FP32 tensor). Read before any DequantizeLinear: an integer kernel may read the uint8 tensor
     directly (passes/integer_matmul_bias.py).
 
-    `clamped` names tensors whose following Relu was absorbed: their FP32 reference is relu(t).
+    `floors` maps tensors clipped below for their readers (an absorbed Relu, a SiLU's flat
+    tail: quantize/plan.py) to where: their FP32 reference is clipped there too.
     """
     suffix = "_quantized"
     fp32_names = {o for n in fp32.graph.node for o in n.output}
@@ -232,7 +237,7 @@ def layer_sqnr(
         for (name, q), r, g in zip(group.items(), ref, got):
             scale, zero_point = (numpy_helper.to_array(constants[i]) for i in q.input[1:3])
             dequantized = (g.astype(np.float32) - zero_point.astype(np.float32)) * scale
-            result[name] = sqnr_db(np.maximum(r, 0) if name in clamped else r, dequantized)
+            result[name] = sqnr_db(np.maximum(r, floors.get(name, -np.inf)), dequantized)
     return result
 
 

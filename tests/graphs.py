@@ -193,9 +193,14 @@ def outlier_mlp() -> onnx.ModelProto:
         helper.make_node("MatMul", ["x", "w_up"], ["h"], name="up"),
         helper.make_node("MatMul", ["h", "w_down"], ["y"], name="down"),
     ]
+    return _mlp(nodes, "two", up, down)
+
+
+def _mlp(nodes: list, name: str, up: np.ndarray, down: np.ndarray) -> onnx.ModelProto:
+    """x(N,16) -> `nodes` -> y(N,16), with weights w_up and w_down."""
     graph = helper.make_graph(
         nodes,
-        "two",
+        name,
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 16])],
         [numpy_helper.from_array(up, "w_up"), numpy_helper.from_array(down, "w_down")],
@@ -203,6 +208,20 @@ def outlier_mlp() -> onnx.ModelProto:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     return model
+
+
+def cube_mlp() -> onnx.ModelProto:
+    """x -> up -> h -> Mul(h, h) -> Mul(., h) -> down -> y: the cube's heavy tail spends its
+    uint8 range; up's and down's own inputs and weights are ordinary."""
+    rng = np.random.default_rng(0)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w_up"], ["h"], name="up"),
+        helper.make_node("Mul", ["h", "h"], ["square"], name="square"),
+        helper.make_node("Mul", ["square", "h"], ["cube"], name="cube"),
+        helper.make_node("MatMul", ["cube", "w_down"], ["y"], name="down"),
+    ]
+    up, down = (rng.normal(0, 0.3, (16, 16)).astype(np.float32) for _ in range(2))
+    return _mlp(nodes, "cube", up, down)
 
 
 def run(model, x):

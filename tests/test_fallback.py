@@ -3,7 +3,7 @@ import json
 import numpy as np
 import onnx
 import pytest
-from graphs import outlier_mlp
+from graphs import cube_mlp, outlier_mlp
 
 from quantize import Recipe, cli, quantize
 from quantize.fallback import fall_back
@@ -12,8 +12,8 @@ from quantize.runtime import session
 from quantize.validate import sqnr_db
 
 
-def _setup(tmp_path):
-    onnx.save(outlier_mlp(), str(tmp_path / "m.onnx"))
+def _setup(tmp_path, model=outlier_mlp):
+    onnx.save(model(), str(tmp_path / "m.onnx"))
     rng = np.random.default_rng(1)
     feeds = [{"x": rng.normal(0, 1, (32, 16)).astype(np.float32)} for _ in range(8)]
     result = quantize(tmp_path / "m.onnx", feeds, Recipe(kernel_timing=False))
@@ -35,6 +35,27 @@ def test_the_node_whose_fp32_trial_gains_most_goes_back_until_the_target_is_met(
     assert decisions["up"].precision == "int8"
     assert _reads_dequantized(result.model, "down") and not _reads_dequantized(
         found.result.model, "down"
+    )
+
+
+def test_where_the_loss_is_the_rounding_of_its_input_a_node_goes_back_with_what_makes_it(
+    tmp_path,
+):
+    result, score = _setup(tmp_path, cube_mlp)
+    before = score(result.model)
+    found = fall_back(result, score, target=before + 5, min_gain=1)
+    assert max(found.trial_gains.values()) < 1  # neither MatMul alone: the cube is still rounded
+    assert found.unit_gains.keys() == {"down"} and found.unit_gains["down"] > 5
+    assert found.fp32_nodes == ["down", "cube", "square"] and found.met
+    decisions = {d.name: d for d in found.result.decisions}
+    assert decisions["up"].precision == "int8"
+    assert "with cube, square (which make its input)" in decisions["square"].reason
+
+    unit = found.unit_gains["down"]
+    found = fall_back(result, score, target=before + unit + 1, min_gain=1)
+    assert found.fp32_nodes == ["down", "cube", "square", "up"]  # up then writes only to FP32
+    assert {d.name: d for d in found.result.decisions}["up"].reason.endswith(
+        "every node reading its output is in FP32"
     )
 
 

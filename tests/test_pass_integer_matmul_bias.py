@@ -98,5 +98,5 @@ def test_layer_sqnr_reads_an_activation_that_only_the_fused_kernel_reads():
     assert not any(
         n.op_type == "DequantizeLinear" and n.input[0] == "h_quantized" for n in q.graph.node
     )
-    sqnr = layer_sqnr(fp32, q, set(), {"x": images(4)})
+    sqnr = layer_sqnr(fp32, q, {}, {"x": images(4)})
     assert sqnr.keys() == {"h"} and 30 < sqnr["h"] < 70
