@@ -43,8 +43,10 @@ def test_where_the_loss_is_the_rounding_of_its_input_a_node_goes_back_with_what_
 ):
     result, score = _setup(tmp_path, cube_mlp)
     before = score(result.model)
-    found = fall_back(result, score, target=before + 5, min_gain=1)
-    assert max(found.trial_gains.values()) < 1  # neither MatMul alone: the cube is still rounded
+    found = fall_back(result, score, target=before + 5, min_gain=2)
+    # neither MatMul alone gains much (measured: 0.5 dB at most, 1.1 under as-cpu avx2): the
+    # cube is still rounded
+    assert max(found.trial_gains.values()) < 2
     assert found.unit_gains.keys() == {"down"} and found.unit_gains["down"] > 5
     assert found.fp32_nodes == ["down", "cube", "square"] and found.met
     decisions = {d.name: d for d in found.result.decisions}
@@ -52,7 +54,7 @@ def test_where_the_loss_is_the_rounding_of_its_input_a_node_goes_back_with_what_
     assert "with cube, square (which make its input)" in decisions["square"].reason
 
     unit = found.unit_gains["down"]
-    found = fall_back(result, score, target=before + unit + 1, min_gain=1)
+    found = fall_back(result, score, target=before + unit + 1, min_gain=2)
     assert found.fp32_nodes == ["down", "cube", "square", "up"]  # up then writes only to FP32
     assert {d.name: d for d in found.result.decisions}["up"].reason.endswith(
         "every node reading its output is in FP32"
