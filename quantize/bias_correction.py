@@ -12,10 +12,8 @@ from collections.abc import Callable
 import numpy as np
 import onnx
 import onnx_ir as ir
-from onnx import numpy_helper
 
 from quantize.passes.rewrite import add_initializer
-from quantize.qparams import INT32_MAX
 from quantize.validate import run_with_outputs
 
 GROUP = 8  # FP32 outputs fetched per run: the detector's full-page activations are large
@@ -91,37 +89,6 @@ def shifted(graph: ir.Model, shifts: dict[str, np.ndarray], int8: set[str]) -> i
                 2, add_initializer(copy.graph, f"{conv.name}_corrected_bias", corrected)
             )
     return copy
-
-
-def with_shifted_biases(
-    model: onnx.ModelProto, convs: list[ir.Node], shifts: dict[str, np.ndarray]
-) -> onnx.ModelProto:
-    """A copy of `model`, `convs` lowered, whose Convs named in `shifts` add their FP32 bias (in
-    `convs`) minus their shift: quantized to int32 at the scale of the DequantizeLinear it is
-    behind, a float one as it is. What lowering with the shifts writes (but where a shifted bias
-    would overflow int32 at that scale: the lowering then widens the weight's), without a
-    lowering: `bias_shifts`' trial models, one a wave."""
-    copy = onnx.ModelProto()
-    copy.CopyFrom(model)
-    tensors = {t.name: t for t in copy.graph.initializer}
-    producers = {o: n for n in copy.graph.node for o in n.output}
-    inputs = {n.name: n.input for n in copy.graph.node if n.op_type == "Conv"}
-    for conv in convs:
-        if conv.name not in shifts:
-            continue
-        bias = conv.inputs[2].const_value.numpy() - shifts[conv.name]
-        name = inputs[conv.name][2]
-        if name in tensors:
-            _replace(tensors[name], bias)
-            continue
-        quantized, scale = (tensors[i] for i in producers[name].input[:2])
-        q = np.round(bias.astype(np.float64) / numpy_helper.to_array(scale))
-        _replace(quantized, np.clip(q, -INT32_MAX, INT32_MAX).astype(np.int32))
-    return copy
-
-
-def _replace(tensor: onnx.TensorProto, array: np.ndarray) -> None:
-    tensor.CopyFrom(numpy_helper.from_array(array, tensor.name))
 
 
 def _channel_means(

@@ -8,7 +8,7 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
-from functools import cached_property, partial
+from functools import cached_property
 
 import numpy as np
 import onnx
@@ -246,7 +246,7 @@ def _correct_biases(result: QuantizeResult, batch: dict) -> QuantizeResult:
     shifts = bias_correction.bias_shifts(
         convs,
         result.fp32_model,
-        partial(bias_correction.with_shifted_biases, qdq_model(with_shifts({}), set()), convs),
+        lambda so_far: qdq_model(with_shifts(so_far), set()),
         batch,
         result.options.threads,
     )

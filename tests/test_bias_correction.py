@@ -2,8 +2,6 @@
 sees with the shifts before it applied, and quantize keeps the corrected model only where it
 raises the output SQNR."""
 
-from dataclasses import replace
-
 import numpy as np
 import onnx
 import onnx_ir as ir
@@ -11,15 +9,9 @@ from graphs import conv_net, images
 from onnx import TensorProto, helper, numpy_helper
 
 from quantize import Recipe, quantize
-from quantize.bias_correction import (
-    bias_shifts,
-    correctable,
-    shifted,
-    waves,
-    with_shifted_biases,
-)
+from quantize.bias_correction import bias_shifts, correctable, shifted, waves
 from quantize.passes import cleanup
-from quantize.pipeline import keep_fp32, qdq_model
+from quantize.pipeline import keep_fp32
 
 
 def test_shifts_undo_a_known_bias_error_in_the_first_conv_and_leave_the_next_one_alone():
@@ -71,28 +63,6 @@ def test_a_later_fallback_keeps_the_corrected_biases_and_says_so(tmp_path):
     assert not np.array_equal(
         _bias(fallen.model, int8_convs[0]), _bias(result.fp32_model, int8_convs[0])
     )
-
-
-def test_a_lowered_model_with_shifted_biases_is_the_lowering_with_the_shifts(tmp_path):
-    onnx.save(conv_net(), str(tmp_path / "net.onnx"))
-    np.save(tmp_path / "x.npy", images(96))
-    recipe = Recipe(kernel_timing=False, bias_correction=False)
-    result = quantize(tmp_path / "net.onnx", tmp_path / "x.npy", recipe)
-    convs = correctable(result.calibration.graph, set(result.calibration.selection.int8))
-    rng = np.random.default_rng(5)
-    shifts = {
-        c.name: rng.normal(0, 0.2, c.inputs[2].const_value.shape).astype(np.float32) for c in convs
-    }
-    lowered = qdq_model(
-        replace(result, calibration=replace(result.calibration, bias_shifts=shifts)), set()
-    )
-    edited = with_shifted_biases(result.model, convs, shifts)
-    assert len(shifts) == 2
-    for name, shift in shifts.items():
-        before = _bias(result.model, name)
-        np.testing.assert_array_equal(_bias(edited, name), _bias(lowered, name))
-        np.testing.assert_allclose(before - _bias(edited, name), shift, atol=1e-3)  # int32 steps
-    assert not np.array_equal(_bias(result.model, convs[0].name), _bias(edited, convs[0].name))
 
 
 def _bias(model: onnx.ModelProto, conv: str) -> np.ndarray:
