@@ -20,8 +20,8 @@ it, so a node gains less alone than any group it is in: the floor's trials scree
 group at a time, and try on their own only the members of a group that gains enough.
 """
 
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
 
 import onnx
 import onnx_ir as ir
@@ -50,9 +50,10 @@ class Fallback:
     score_before: float
     score_after: float
     fp32_nodes: list[str]  # in the order they went back
-    trial_gains: dict[str, float]  # node -> score with it alone in FP32, minus the score before
+    # node -> score with it alone in FP32, minus the score before
+    trial_gains: dict[str, float] = field(default_factory=dict)
     # node -> score with it and its input_makers in FP32, minus the score before (where it has any)
-    unit_gains: dict[str, float]
+    unit_gains: dict[str, float] = field(default_factory=dict)
 
     @property
     def met(self) -> bool:
@@ -76,7 +77,7 @@ def fall_back(
     nodes. With `max_nodes=0`, only the result's score: no trials."""
     before = score(result.model)
     if before >= target or max_nodes == 0:
-        return Fallback(result, target, before, before, [], {}, {})
+        return Fallback(result, target, before, before, [])
     trial = trial_score or score
     base = before if trial_score is None else trial(result.model)
     units = _units(result)
@@ -92,7 +93,7 @@ def fall_back(
         for nodes, gain, how in sorted(candidates, key=lambda c: c[1], reverse=True)
         if gain > 0
     ]
-    graph = result.calibration.graph.graph
+    weighted = [node for node in result.calibration.graph.graph if node.name in units]
     chosen: dict[str, str] = {}
     after, best, steps = before, result, 0
     while queue and steps < max_nodes and after < target:
@@ -107,24 +108,16 @@ def fall_back(
                 break
             continue
         chosen, best, after, steps = tried, step, step_score, steps + 1
-        feeders = [
-            node.name for node in graph if node.name in units and _read_only_by(node, chosen)
-        ]
+        feeders = [n.name for n in weighted if n.name not in chosen and _read_only_by(n, chosen)]
         if feeders:
             queue.insert(0, (tuple(feeders), "every node reading its output is in FP32", False))
     return Fallback(best, target, before, after, list(chosen), gains, unit_gains)
 
 
-def _read_only_by(node: ir.Node, names: dict[str, str]) -> bool:
-    """Does nothing but the nodes in `names` read what `node` writes? If they are in FP32, so
-    may it be: it writes them float, not rounded to uint8."""
-    outputs = node.outputs
-    readers = {use.node.name for out in outputs for use in out.uses()}
-    return (
-        node.name not in names
-        and readers <= set(names)
-        and not any(out.is_graph_output() for out in outputs)
-    )
+def _read_only_by(node: ir.Node, names: Collection[str]) -> bool:
+    """Does nothing but the nodes in `names` read what `node` writes (no graph output either)?"""
+    readers = {use.node.name for out in node.outputs for use in out.uses()}
+    return readers <= set(names) and not any(out.is_graph_output() for out in node.outputs)
 
 
 def _units(result: QuantizeResult) -> dict[str, list[str]]:
@@ -147,17 +140,15 @@ def input_makers(node: ir.Node, free: set[str]) -> list[str]:
     """The nodes named in `free` that `node`'s data input is made by, walking back from it
     through such nodes only, each taken only if nothing else reads what it writes: in FP32
     with `node`, they let it read its input unrounded. Sorted by name."""
-    unit, makers, pending = {node}, set(), [node.inputs[0]]
+    unit, pending = {node.name}, [node.inputs[0]]
     while pending:
         maker = pending.pop().producer()
-        if maker is None or maker in unit or maker.name not in free:
+        if maker is None or maker.name in unit or maker.name not in free:
             continue
-        readers = {use.node for out in maker.outputs for use in out.uses()}
-        if readers <= unit and not any(out.is_graph_output() for out in maker.outputs):
-            unit.add(maker)
-            makers.add(maker.name)
+        if _read_only_by(maker, unit):
+            unit.add(maker.name)
             pending += [value for value in maker.inputs if value is not None]
-    return sorted(makers)
+    return sorted(unit - {node.name})
 
 
 def _trial_gains(
@@ -197,7 +188,7 @@ def to_fidelity_floor(result: QuantizeResult, max_nodes: int = 8) -> Fallback:
     time. With `max_nodes=0`, only what the result measured."""
     before = min(result.output_sqnr_db.values())
     if before >= OUTPUT_FLOOR_DB or max_nodes == 0:
-        return Fallback(result, OUTPUT_FLOOR_DB, before, before, [], {}, {})
+        return Fallback(result, OUTPUT_FLOOR_DB, before, before, [])
     threads = result.options.threads
     trial_batches = [first_samples(result.fp32_model, result.held_out[0], TRIAL_SAMPLES)]
 
