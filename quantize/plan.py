@@ -76,7 +76,33 @@ def make_plan(
             parts = {plan.ranges.get(alias.get(v.name, v.name)) for v in node.inputs}
             if len(parts) == 1 and None not in parts:
                 plan.ranges[node.outputs[0].name] = parts.pop()
+            else:
+                _parts_read_only_here_take_its_range(node, plan, alias)
     return plan
+
+
+def _parts_read_only_here_take_its_range(concat: ir.Node, plan: QuantPlan, alias: dict) -> None:
+    """A Concat's part that nothing else reads is quantized at the Concat's own range: ORT's
+    QLinearConcat then copies it instead of requantizing it through a table (single-threaded),
+    and its values are rounded once, not twice."""
+    result = plan.ranges.get(concat.outputs[0].name)
+    if result is None:
+        return
+    for part in concat.inputs:
+        producer = part.producer()
+        if (
+            part.name not in alias
+            and part.name not in alias.values()
+            and part.name not in plan.floors
+            and part.name in plan.ranges
+            and producer is not None
+            and producer.name in plan.nodes
+            and not RULES[producer.op_type].same_range
+            and producer.name not in plan.wide
+            and not part.is_graph_output()
+            and all(user is concat for user, _ in part.uses())
+        ):
+            plan.ranges[part.name] = result
 
 
 def _absorbable(node: ir.Node, nodes: set[str]) -> bool:

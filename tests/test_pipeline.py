@@ -490,6 +490,25 @@ def test_a_split_between_int8_ops_runs_on_uint8_with_no_dequantize_before_it(tmp
     assert min(result.output_sqnr_db.values()) > 25
 
 
+def test_a_concat_part_nothing_else_reads_is_quantized_at_the_concats_range(tmp_path):
+    """QLinearConcat copies a part at its own scale and zero point and requantizes any other one
+    through a table, on one thread. The Conv's output d is read by the Concat alone: it takes the
+    Concat's range. The Split's halves are the SiLU's output, which the middle Conv also reads:
+    they keep its range."""
+    onnx.save(c2f_block(), str(tmp_path / "c2f.onnx"))
+    np.save(tmp_path / "x.npy", images(80))
+    result = quantize(tmp_path / "c2f.onnx", tmp_path / "x.npy", Recipe(kernel_timing=False))
+    constants = {i.name: onnx.numpy_helper.to_array(i) for i in result.model.graph.initializer}
+    qparams = {
+        n.input[0]: (float(constants[n.input[1]]), int(constants[n.input[2]]))
+        for n in result.model.graph.node
+        if n.op_type == "QuantizeLinear"
+    }
+    assert qparams["d"] == qparams["cat"]
+    assert qparams["silu"] != qparams["cat"]
+    assert min(result.output_sqnr_db.values()) > 25
+
+
 def _box_distribution_head() -> onnx.ModelProto:
     """x (N,8,4,4) -> Conv to 16 bins x 4 sides -> Reshape -> Softmax over the bins -> Conv that
     takes each side's expected bin (YOLOv8's distribution focal loss head, in small)."""
