@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import onnx_ir as ir
 
 from calibration import StreamingHistogram, choose_range
+from quantize.passes.rewrite import read_once
 from quantize.policy import FLOAT_OUTPUT_FUSIONS, RULES, clamps_at_zero
 from quantize.reader_ranges import narrowed_to_readers
 from quantize.recipe import Recipe
@@ -77,30 +78,28 @@ def make_plan(
             if len(parts) == 1 and None not in parts:
                 plan.ranges[node.outputs[0].name] = parts.pop()
             else:
-                _parts_read_only_here_take_its_range(node, plan, alias)
+                _parts_read_only_here_take_its_range(node, plan)
     return plan
 
 
-def _parts_read_only_here_take_its_range(concat: ir.Node, plan: QuantPlan, alias: dict) -> None:
+def _parts_read_only_here_take_its_range(concat: ir.Node, plan: QuantPlan) -> None:
     """A Concat's part that nothing else reads is quantized at the Concat's own range: ORT's
     QLinearConcat then copies it instead of requantizing it through a table (single-threaded),
-    and its values are rounded once, not twice."""
+    and its values are rounded once, not twice. Not a part the plan clips for a reader (an
+    absorbed Relu's source among them), nor one whose range its producer does not set."""
     result = plan.ranges.get(concat.outputs[0].name)
     if result is None:
         return
     for part in concat.inputs:
         producer = part.producer()
         if (
-            part.name not in alias
-            and part.name not in alias.values()
-            and part.name not in plan.floors
+            read_once(part)
             and part.name in plan.ranges
+            and part.name not in plan.floors
             and producer is not None
             and producer.name in plan.nodes
             and not RULES[producer.op_type].same_range
             and producer.name not in plan.wide
-            and not part.is_graph_output()
-            and all(user is concat for user, _ in part.uses())
         ):
             plan.ranges[part.name] = result
 

@@ -37,9 +37,9 @@ def _stated(verdicts: dict[str, tuple], target: float = 20.0):
     def goal(result, max_nodes=4):
         before, after, nodes = verdicts[result.recipe.weights]
         if max_nodes == 0:
-            return Fallback(result, target, before, before, [], {}, {})
+            return Fallback(result, target, before, before, [])
         asked.append(result.recipe.weights)
-        return Fallback(result, target, before, after, nodes, {}, {})
+        return Fallback(result, target, before, after, nodes)
 
     return goal, asked
 
