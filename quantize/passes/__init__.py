@@ -10,9 +10,9 @@ cleanup(model)          shape inference, constant folding, written-out hard-swis
                         MultiHeadAttention
 lower_to_qdq(model, p)  carry out a QuantPlan: absorb Relus, Divs by constants as Muls, fold smoothing that no INT8 node reads back
                         into the weights, insert Q/DQ pairs, a HardSwish as QLinearAdd and QLinearMul, an Add of a constant before Convs into their input's zero point, a residual Conv for chosen inputs, widen
-                        chosen Conv outputs, and for ONNX Runtime, a nearest upsampling by 2^n as
-                        Resizes by 2 kept in NCHW, a float-output INT8 MatMul's bias Add into its
-                        integer kernel
+                        chosen Conv outputs, and for ONNX Runtime, a nearest upsampling by whole
+                        factors and a per-channel gate's broadcast as copies on NHWC data, a
+                        float-output INT8 MatMul's bias Add into its integer kernel
 """
 
 import onnx_ir as ir
@@ -20,6 +20,7 @@ from onnx_ir.passes import common
 
 from quantize.passes.absorb_activation import AbsorbActivationPass
 from quantize.passes.bias_before_reshape import BiasBeforeReshapePass
+from quantize.passes.broadcast_gate import BroadcastGatePass
 from quantize.passes.div_to_mul import DivToMulPass
 from quantize.passes.drop_idle_scaling import DropIdleScalingPass
 from quantize.passes.fold_constants import FoldConstantsPass
@@ -42,13 +43,14 @@ from quantize.passes.residual_input import ResidualInputPass
 from quantize.passes.shift_into_zero_point import ShiftIntoZeroPointPass
 from quantize.passes.smooth_activations import SmoothActivationsPass
 from quantize.passes.split_before_transpose import SplitBeforeTransposePass
-from quantize.passes.upsample_in_nchw import UpsampleInNCHWPass
+from quantize.passes.upsample_as_copy import UpsampleAsCopyPass
 from quantize.passes.widen_output import WidenOutputPass
 from quantize.plan import QuantPlan
 
 __all__ = [
     "AbsorbActivationPass",
     "BiasBeforeReshapePass",
+    "BroadcastGatePass",
     "DivToMulPass",
     "DropIdleScalingPass",
     "FoldConstantsPass",
@@ -71,7 +73,7 @@ __all__ = [
     "ShiftIntoZeroPointPass",
     "SmoothActivationsPass",
     "SplitBeforeTransposePass",
-    "UpsampleInNCHWPass",
+    "UpsampleAsCopyPass",
     "WidenOutputPass",
     "cleanup",
     "lower_to_qdq",
@@ -133,7 +135,7 @@ def lower_to_qdq(model: ir.Model, plan: QuantPlan, checked: bool = True) -> ir.M
             ResidualInputPass(plan),
             WidenOutputPass(plan),
             *(
-                [UpsampleInNCHWPass(plan), IntegerMatMulBiasPass()]
+                [UpsampleAsCopyPass(plan), BroadcastGatePass(plan), IntegerMatMulBiasPass()]
                 if plan.runtime == "onnxruntime"
                 else []
             ),

@@ -4,6 +4,7 @@ import numpy as np
 import onnx_ir as ir
 
 FLOATS = (ir.DataType.FLOAT, ir.DataType.FLOAT16, ir.DataType.BFLOAT16, ir.DataType.DOUBLE)
+TO_NHWC, TO_NCHW = [0, 2, 3, 1], [0, 3, 1, 2]
 
 
 def add_initializer(graph: ir.Graph, name: str, array: np.ndarray) -> ir.Value:
@@ -137,6 +138,43 @@ def own_weights(graph: ir.Graph, conv: ir.Node, name: str) -> ir.Node:
         conv.inputs[1].shape,
     )
     return dequantize
+
+
+def copied_in_nhwc(
+    chain: NodeChain, dequantized: ir.Value, steps: list[tuple[str, list[ir.Value]]]
+) -> ir.Value:
+    """`dequantized`, an NCHW DequantizeLinear's output, transposed to NHWC and moved through
+    `steps` (op, operands after the data), as NHWC data: each step is a copy, quantized at the
+    DequantizeLinear's scale (exact), so ONNX Runtime runs it on uint8. The caller transposes
+    the result back to NCHW; ORT's transpose optimizer cancels both Transposes against the
+    layout Transposes of the NHWC integer kernels around."""
+    _, scale, zero_point = dequantized.producer().inputs
+
+    def exact(value: ir.Value, suffix: str) -> ir.Value:
+        quantized = chain.node("QuantizeLinear", [value, scale, zero_point], f"q_{suffix}")
+        value = chain.node("DequantizeLinear", [quantized, scale, zero_point], f"dq_{suffix}")
+        value.type = dequantized.type
+        return value
+
+    value = exact(chain.node("Transpose", [dequantized], "to_nhwc", perm=TO_NHWC), "nhwc")
+    for op, operands in steps:
+        value = exact(chain.node(op, [value, *operands], op.lower()), op.lower())
+    return value
+
+
+def nhwc_shape(chain: NodeChain, value: ir.Value, factors: list[int]) -> ir.Value:
+    """The NHWC shape of the NCHW `value` with its axes multiplied by `factors`, computed in the
+    graph (the model may take any batch and image size)."""
+    scaled = chain.node("Shape", [value], "shape")
+    if any(f != 1 for f in factors):
+        multiples = chain.const("factors", np.array(factors, np.int64))
+        scaled = chain.node("Mul", [scaled, multiples], "scaled_shape")
+    return chain.node(
+        "Gather",
+        [scaled, chain.const("nhwc_order", np.array(TO_NHWC, np.int64))],
+        "nhwc_shape",
+        axis=0,
+    )
 
 
 class FusionPass(ir.passes.InPlacePass):
