@@ -224,7 +224,9 @@ def run(args: argparse.Namespace) -> int:
     if args.max_drop is not None and evaluator is None:
         from quantize.evaluators import OutputCosine
 
-        evaluator = OutputCosine(result.fp32_model, result.held_out, result.options.threads)
+        evaluator = OutputCosine(
+            result.fp32_model, result.held_out, result.options.threads, result.recipe.runtime
+        )
     # quantize made the speed check before bias correction; a fallback lowers again and
     # keep_fp32_unless_faster times that model anew
     if not result.speed_check.endswith(WHOLE_FP32):  # else no INT8 is left to bring to a goal

@@ -189,11 +189,11 @@ def to_fidelity_floor(result: QuantizeResult, max_nodes: int = 8) -> Fallback:
     before = min(result.output_sqnr_db.values())
     if before >= OUTPUT_FLOOR_DB or max_nodes == 0:
         return Fallback(result, OUTPUT_FLOOR_DB, before, before, [])
-    threads = result.options.threads
+    threads, runtime = result.options.threads, result.recipe.runtime
     trial_batches = [first_samples(result.fp32_model, result.held_out[0], TRIAL_SAMPLES)]
 
     def worst_output_sqnr(reference: Reference, batches: list[dict]) -> Score:
-        return lambda model: min(sqnr_against(reference, model, batches, threads).values())
+        return lambda model: min(sqnr_against(reference, model, batches, threads, runtime).values())
 
     return fall_back(
         result,

@@ -217,7 +217,7 @@ def quantize(
         f"{held_range[1] - held_range[0]} held-out samples"
         if held_range[0] >= n_cal
         else f"{held_range[1]} calibration samples (none left to hold out)"
-    )
+    ) + ("" if recipe.runtime == "onnxruntime" else f", run by {recipe.runtime}")
     result = _lower(calibration, recipe, options, held_out, fp32_outputs, sqnr_samples, {})
     kept = kept_fp32.keys() & untimed.int8
     if kept:
@@ -426,7 +426,7 @@ def _lower(
         kernels=coverage.kernel_counts(executed),
         calibration_samples=calibration.samples,
         calibration_seconds=calibration.seconds,
-        output_sqnr_db=sqnr_against(fp32_outputs, int8, held_out, options.threads),
+        output_sqnr_db=sqnr_against(fp32_outputs, int8, held_out, options.threads, recipe.runtime),
         sqnr_samples=sqnr_samples,
         floors=plan.floors,
         held_out=held_out,
@@ -602,7 +602,8 @@ def _alpha(
             smoothed, _for_ort(smoothed), recipe, {}, scaling, samples
         )
         int8 = _lower_without_islands(smoothed, selection, histograms, recipe, {})[0]
-        scores[alpha] = min(sqnr_against(fp32_outputs, int8, held_out, samples.threads).values())
+        sqnr = sqnr_against(fp32_outputs, int8, held_out, samples.threads, recipe.runtime)
+        scores[alpha] = min(sqnr.values())
     best = max(scores, key=scores.get)
     measured = ", ".join(f"{a:g}: {db:.1f} dB" for a, db in scores.items())
     return (

@@ -13,7 +13,7 @@ import onnx
 from onnx import numpy_helper
 
 from onnxio import computing_only
-from quantize.runtime import session
+from quantize.runtime import runtime_session, session
 
 LAYER_SAMPLES = 4  # per-layer SQNR reads every activation at once: few samples, in groups
 LAYER_GROUP = 32
@@ -109,21 +109,28 @@ def output_sqnr(
     return sqnr_against(reference_outputs(fp32, batches, threads), int8, batches, threads)
 
 
-def model_outputs(model: onnx.ModelProto, batches: list[dict], threads: int = 0) -> dict:
-    """Every output of `model` over `batches`: output name -> one array per batch."""
-    runner = session(model, threads)
+def model_outputs(
+    model: onnx.ModelProto, batches: list[dict], threads: int = 0, runtime: str = "onnxruntime"
+) -> dict:
+    """Every output of `model` over `batches` as `runtime` computes them: output name -> one
+    array per batch."""
+    runner = runtime_session(model, threads, runtime)
     names = [o.name for o in runner.get_outputs()]
-    results = [runner.run(names, b) for b in batches]
+    results = [runner.run(None, b) for b in batches]
     return {name: [r[i] for r in results] for i, name in enumerate(names)}
 
 
 def sqnr_against(
-    reference: Reference, int8: onnx.ModelProto, batches: list[dict], threads: int = 0
+    reference: Reference,
+    int8: onnx.ModelProto,
+    batches: list[dict],
+    threads: int = 0,
+    runtime: str = "onnxruntime",
 ) -> dict[str, float]:
-    """SQNR of each output part of `int8` over `batches` against the `reference` (FP32's, from
-    `reference_outputs`, computed once where many INT8 models are compared). Positions a
-    batch's padding mask marks as padding do not count (`real_tokens`)."""
-    got = model_outputs(int8, batches, threads)
+    """SQNR of each output part of `int8`, run by `runtime`, over `batches` against the
+    `reference` (FP32's, from `reference_outputs`, computed once where many INT8 models are
+    compared). Positions a batch's padding mask marks as padding do not count (`real_tokens`)."""
+    got = model_outputs(int8, batches, threads, runtime)
     # flat: feeds of a sequence model may differ in shape from batch to batch
     return {
         part.label: sqnr_db(
@@ -140,11 +147,15 @@ def sqnr_against(
 
 
 def cosine_against(
-    reference: Reference, int8: onnx.ModelProto, batches: list[dict], threads: int = 0
+    reference: Reference,
+    int8: onnx.ModelProto,
+    batches: list[dict],
+    threads: int = 0,
+    runtime: str = "onnxruntime",
 ) -> dict[str, float]:
-    """Mean over samples of the cosine between each output part of `int8` and the `reference`'s,
-    a sample's part (its real tokens, `real_tokens`) one vector."""
-    got = model_outputs(int8, batches, threads)
+    """Mean over samples of the cosine between each output part of `int8`, run by `runtime`, and
+    the `reference`'s, a sample's part (its real tokens, `real_tokens`) one vector."""
+    got = model_outputs(int8, batches, threads, runtime)
     return {
         part.label: float(
             np.mean(

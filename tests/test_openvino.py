@@ -7,10 +7,11 @@ import sys
 
 import numpy as np
 import onnx
+import pytest
 from graphs import conv_net, images
 
 from quantize import Recipe, keep_fp32_unless_faster, quantize
-from quantize.runtime import OpenVINOSession, session
+from quantize.runtime import OpenVINOSession, runtime_session, session
 from quantize.validate import sqnr_db
 
 
@@ -60,3 +61,27 @@ def test_the_speed_check_of_a_model_made_for_openvino_opens_openvino_sessions(
     monkeypatch.setattr("quantize.bench.runtime_session", recording_session)
     keep_fp32_unless_faster(result, seconds=0.2)
     assert opened and set(opened) == {"openvino"}
+
+
+def test_the_fidelity_of_a_model_made_for_openvino_is_measured_as_openvino_runs_it(
+    tmp_path, monkeypatch
+):
+    onnx.save(conv_net(channels=16), str(tmp_path / "net.onnx"))
+    np.save(tmp_path / "x.npy", images(96))
+    opened = []
+
+    def recording_session(model, threads=0, runtime="onnxruntime"):
+        opened.append(runtime)
+        return runtime_session(model, threads, runtime)
+
+    monkeypatch.setattr("quantize.validate.runtime_session", recording_session)
+    recipe = Recipe(runtime="openvino", kernel_timing=False)
+    result = quantize(tmp_path / "net.onnx", tmp_path / "x.npy", recipe)
+    assert "openvino" in opened  # the INT8 model's outputs; FP32's reference is ONNX Runtime's
+    in_openvino = OpenVINOSession(result.model)
+    fp32 = session(result.fp32_model)
+    got = np.concatenate([in_openvino.run(None, b)[0] for b in result.held_out])
+    reference = np.concatenate([fp32.run(None, b)[0] for b in result.held_out])
+    (measured,) = result.output_sqnr_db.values()
+    assert measured == pytest.approx(sqnr_db(reference, got), abs=1e-4)
+    assert result.sqnr_samples.endswith("run by openvino")
