@@ -20,6 +20,7 @@ it, so a node gains less alone than any group it is in: the floor's trials scree
 group at a time, and try on their own only the members of a group that gains enough.
 """
 
+import math
 from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 
@@ -28,6 +29,7 @@ import onnx_ir as ir
 
 from quantize.pipeline import QuantizeResult, keep_fp32, qdq_model
 from quantize.policy import RULES
+from quantize.runtime import CompileError
 from quantize.validate import (
     OUTPUT_FLOOR_DB,
     Reference,
@@ -193,7 +195,13 @@ def to_fidelity_floor(result: QuantizeResult, max_nodes: int = 8) -> Fallback:
     trial_batches = [first_samples(result.fp32_model, result.held_out[0], TRIAL_SAMPLES)]
 
     def worst_output_sqnr(reference: Reference, batches: list[dict]) -> Score:
-        return lambda model: min(sqnr_against(reference, model, batches, threads, runtime).values())
+        def score(model: onnx.ModelProto) -> float:
+            try:
+                return min(sqnr_against(reference, model, batches, threads, runtime).values())
+            except CompileError:  # a trial the runtime cannot run is no way to the floor
+                return -math.inf
+
+        return score
 
     return fall_back(
         result,

@@ -21,6 +21,12 @@ from quantize.target import (
 )
 
 
+class CompileError(RuntimeError):
+    """OpenVINO could not compile a model: its CPU plugin's transformations reject some Q/DQ
+    patterns (MoveFakeQuantize on a Concat of a one-node fallback trial of the PP-OCRv4
+    recogniser, OpenVINO 2026.4)."""
+
+
 class TargetMismatchWarning(UserWarning):
     """A model quantized for full-range int8 weights runs on a CPU whose kernels saturate."""
 
@@ -124,7 +130,11 @@ class OpenVINOSession:
             config["INFERENCE_NUM_THREADS"] = threads
         metadata = read.get_rt_info()[METADATA] if read.has_rt_info([METADATA]) else {}
         self._metadata = {key: value.astype(str) for key, value in metadata.items()}
-        self._compiled = ov.Core().compile_model(read, "CPU", config)
+        try:
+            self._compiled = ov.Core().compile_model(read, "CPU", config)
+        except RuntimeError as error:
+            lines = [line for line in str(error).splitlines() if line.strip()]
+            raise CompileError(f"OpenVINO cannot compile the model: {lines[-1]}") from error
         self._request = self._compiled.create_infer_request()
 
     def run(self, output_names: None, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:

@@ -1,4 +1,5 @@
 import json
+import math
 
 import numpy as np
 import onnx
@@ -6,9 +7,9 @@ import pytest
 from graphs import cube_mlp, outlier_mlp
 
 from quantize import Recipe, cli, quantize
-from quantize.fallback import fall_back
+from quantize.fallback import OUTPUT_FLOOR_DB, fall_back, to_fidelity_floor
 from quantize.pipeline import qdq_model
-from quantize.runtime import session
+from quantize.runtime import CompileError, runtime_session, session
 from quantize.validate import sqnr_db
 
 
@@ -199,3 +200,19 @@ def test_screening_in_groups_tries_alone_only_the_members_of_a_group_that_gains(
     )
     assert len(trials) == 2  # the INT8 model, then the group, which gains too little
     assert found.fp32_nodes == [] and found.trial_gains == {} and found.result is result
+
+
+def test_a_trial_the_runtime_cannot_compile_is_never_taken(tmp_path, monkeypatch):
+    result, _ = _setup(tmp_path)
+    assert min(result.output_sqnr_db.values()) < OUTPUT_FLOOR_DB  # the floor's fallback runs
+    assert to_fidelity_floor(result).fp32_nodes[0] == "down"  # the trial that gains most
+
+    def no_fp32_down(model, threads=0, runtime="onnxruntime"):
+        quantized = any(n.op_type == "QuantizeLinear" for n in model.graph.node)
+        if quantized and not _reads_dequantized(model, "down"):  # as a recogniser trial failed
+            raise CompileError("OpenVINO cannot compile the model: MoveFakeQuantize")
+        return runtime_session(model, threads, runtime)
+
+    monkeypatch.setattr("quantize.validate.runtime_session", no_fp32_down)
+    found = to_fidelity_floor(result)
+    assert found.trial_gains["down"] == -math.inf and "down" not in found.fp32_nodes
