@@ -10,7 +10,7 @@ batch, and output SQNR on held-out samples. Writes benchmarks/results/div_to_mul
 
 from functools import partial
 
-from benchmarks.results import for_this_cpu, sized, write_results
+from benchmarks.results import for_this_cpu, shape_text, sized, write_results
 from benchmarks.zoo.run import FULL, REDUCED, all_models, calibrated, untimed_recipe
 from quantize.bench import compare
 from quantize.frontend import load_model
@@ -54,7 +54,7 @@ def run_model(model, calibration: int, evaluation: int, seconds: float) -> dict 
 
 def _table(records: list[dict]) -> str:
     rows = [
-        f"| {r['name']} | {r['divs']} | {' '.join('x'.join(map(str, s)) for s in r['bench_shape'].values())} "
+        f"| {r['name']} | {r['divs']} | {shape_text(r['bench_shape'])} "
         f"| {r['div']['over_fp32_cleaned']:.2f}x ({r['div']['boundaries']}, {r['div']['output_sqnr_db']:.1f} dB) "
         f"| {r['mul']['over_fp32_cleaned']:.2f}x ({r['mul']['boundaries']}, {r['mul']['output_sqnr_db']:.1f} dB) "
         f"| {r['mul']['over_fp32_cleaned'] / r['div']['over_fp32_cleaned']:.2f}x |"

@@ -35,6 +35,11 @@ def sized(full, quick):
     return quick if QUICK else full
 
 
+def shape_text(shapes: dict[str, list[int]]) -> str:
+    """A record's input shapes as a table cell: 1x3x640x640, one per input."""
+    return " ".join("x".join(map(str, shape)) for shape in shapes.values())
+
+
 def for_this_cpu(name: str) -> str:
     """The name of a benchmark's files whose figures depend on the CPU's INT8 path: NAME_TARGET
     (avx2, vnni, amx), one file per target beside the others."""

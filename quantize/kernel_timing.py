@@ -22,6 +22,13 @@ INT8 model rather than SCREEN's seconds: a tenth of a millisecond would otherwis
 thousand times for a median that a hundred runs settle, and the SE gates of a small CNN are
 dozens of such nodes. Nodes of one shape and one set of attributes are timed once.
 Timings describe this machine only: the pipeline measures only when the target is this CPU's.
+
+On AMX a Conv has two INT8 forms (passes/amx_conv_weights.py): ORT's symmetric kernel (VNNI)
+and its GEMM path (AMX tiles), which wins on large GEMMs over many output pixels and loses on
+small ones (benchmarks/results/amx_conv_amx.md). Before the INT8-FP32 verdicts, each Conv large
+enough to gain is timed in both forms (`faster_on_amx_tiles`), and goes on the tiles only where
+they are faster by TILES_MARGIN and MIN_GAIN_MS, in a screen and again in the confirmation; its
+verdict against FP32 then times that form.
 """
 
 from typing import NamedTuple
@@ -33,6 +40,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from onnxio import ObservingSession
 from quantize import bench
+from quantize.passes.amx_conv_weights import stored_for_gemm
 from quantize.passes.insert_qdq import weight_channel_axis, weight_format
 from quantize.policy import FLOAT_OUTPUT_FUSIONS, fed_by_int8, read_by_int8
 from quantize.qparams import quantize_bias, quantize_weight
@@ -45,6 +53,13 @@ MIN_GAIN_MS = 0.05  # ... and by at least this much per batch
 SCREEN, CONFIRMATION = (0.2, 2, 2), (1.0, 4, 3)
 SCREEN_CALLS = 100  # a screen stops sooner once the INT8 model has run this many times
 SLOWER = "INT8 slower than FP32"  # how the reason of a node kept FP32 begins
+# A Conv goes on AMX tiles (ORT's GEMM path) only where that measures this much faster than ORT's
+# symmetric kernel (VNNI), and by MIN_GAIN_MS. It is timed only for a GEMM (output pixels x K by
+# K x N) of at least these many output channels per group (N) and this long a reduction (K: input
+# channels per group x kernel area): below them no Conv of ResNet-50 or the zoo's CNNs gained
+# (benchmarks/results/amx_conv_amx.md), and the tiles' gain shrinks with few output pixels.
+TILES_MARGIN = 0.05
+TILES_MIN_CHANNELS, TILES_MIN_REDUCTION = 64, 256
 
 
 def slower_in_int8(
@@ -55,9 +70,11 @@ def slower_in_int8(
     weights: WeightFormat,
     target: str,
     threads: int = 0,
+    on_tiles: frozenset[str] = frozenset(),
 ) -> dict[str, str]:
     """The chosen nodes of `graph` (the IR of `model`) whose INT8 kernel measures slower than
-    FP32 here, each with the reason; shapes are those of `model` run on `feeds`."""
+    FP32 here, each with the reason; shapes are those of `model` run on `feeds`. The `on_tiles`
+    Convs are timed in INT8 as they will run, on AMX tiles (`faster_on_amx_tiles`)."""
     timed = [
         n
         for n in graph.graph
@@ -72,9 +89,10 @@ def slower_in_int8(
     for node in timed:
         shape = shapes[node.inputs[0].name]
         boundaries = Boundaries(fed_by_int8(node, nodes), read_by_int8(node, nodes))
-        key = (*_signature(node, shape), boundaries)
+        tiles = node.name in on_tiles
+        key = (*_signature(node, shape), boundaries, tiles)
         if key not in verdicts:
-            verdicts[key] = _verdict(node, shape, boundaries, weights, target, threads)
+            verdicts[key] = _verdict(node, shape, boundaries, weights, target, threads, tiles)
         if verdicts[key] is not None:
             slower[node.name] = verdicts[key]
     return slower
@@ -85,6 +103,67 @@ class Boundaries(NamedTuple):
     uint8_out: bool  # an INT8 op reads it, else its output goes on in float
 
 
+def faster_on_amx_tiles(
+    model: onnx.ModelProto,
+    graph: ir.Model,
+    nodes: set[str],
+    feeds: dict[str, np.ndarray],
+    weights: WeightFormat,
+    threads: int = 0,
+) -> set[str]:
+    """The Convs among `nodes` whose INT8 kernel measures faster on AMX tiles, their symmetric
+    `weights` stored for ORT's GEMM path (passes/amx_conv_weights.py), than in ORT's symmetric
+    VNNI kernel, at their shapes in `model` (the model of `graph`) run on `feeds`. For an AMX
+    CPU; elsewhere the same comparison would measure two entries to the same VNNI kernels."""
+    timed = [n for n in graph.graph if n.name in nodes and _tiles_candidate(n, weights)]
+    shapes = _input_shapes(model, timed, feeds, threads)
+    faster: dict[tuple, bool] = {}
+    chosen = set()
+    for node in timed:
+        shape = shapes[node.inputs[0].name]
+        boundaries = Boundaries(fed_by_int8(node, nodes), read_by_int8(node, nodes))
+        key = (*_signature(node, shape), boundaries)
+        if key not in faster:
+            faster[key] = _faster_on_tiles(node, shape, boundaries, weights, threads)
+        if faster[key]:
+            chosen.add(node.name)
+    return chosen
+
+
+def _tiles_candidate(node: ir.Node, weights: WeightFormat) -> bool:
+    if node.op_type != "Conv" or node.inputs[1].const_value is None or weights.zero_point != 0:
+        return False
+    weight = node.inputs[1].const_value
+    outputs, inputs, *kernel = weight.shape.dims
+    return (
+        outputs // node.attributes.get_int("group", 1) >= TILES_MIN_CHANNELS
+        and inputs * int(np.prod(kernel)) >= TILES_MIN_REDUCTION
+    )
+
+
+def _faster_on_tiles(
+    node: ir.Node, shape: tuple[int, ...], boundaries: Boundaries, weights: WeightFormat, threads
+) -> bool:
+    x = _input(shape, boundaries)
+    models = {
+        form: _one_node_model(node, shape, "int8", weights, boundaries, form == "tiles")
+        for form in ("symmetric", "tiles")
+    }
+    if bench.glance_ms(models["symmetric"], {"x": x}, threads) < MIN_GAIN_MS:
+        return False  # the tiles cannot save MIN_GAIN_MS: ORT's default kernel stays
+    for seconds, rounds, min_block in (SCREEN, CONFIRMATION):
+        timed = bench.compare_sessions(models, {"x": x}, threads, seconds, rounds, min_block)
+        symmetric_ms, tiles_ms = (timed[form]["latency_ms_p50"] for form in models)
+        if tiles_ms > symmetric_ms * (1 - TILES_MARGIN) or symmetric_ms - tiles_ms < MIN_GAIN_MS:
+            return False
+    return True
+
+
+def _input(shape: tuple[int, ...], boundaries: Boundaries) -> np.ndarray:
+    x = np.random.default_rng(0).integers(0, 256, shape, dtype=np.uint8)
+    return x if boundaries.uint8_in else x.astype(np.float32) - 128
+
+
 def _verdict(
     node: ir.Node,
     shape: tuple[int, ...],
@@ -92,11 +171,10 @@ def _verdict(
     weights: WeightFormat,
     target: str,
     threads: int,
+    on_tiles: bool,
 ) -> str | None:
-    x = np.random.default_rng(0).integers(0, 256, shape, dtype=np.uint8)
-    if not boundaries.uint8_in:
-        x = x.astype(np.float32) - 128
-    int8 = _one_node_model(node, shape, "int8", weights, boundaries)
+    x = _input(shape, boundaries)
+    int8 = _one_node_model(node, shape, "int8", weights, boundaries, on_tiles)
     glance_ms = bench.glance_ms(int8, {"x": x}, threads)
     if glance_ms < MIN_GAIN_MS:
         return None  # FP32 cannot be faster by MIN_GAIN_MS: it need not be timed
@@ -116,13 +194,15 @@ def _one_node_model(
     precision: str,
     weights: WeightFormat,
     boundaries: Boundaries,
+    on_tiles: bool = False,
 ) -> onnx.ModelProto:
     """uint8 x -> DequantizeLinear -> the node -> QuantizeLinear -> uint8 y, where x and y are
     uint8 by `boundaries`; a float x or y is read or written as it is in FP32, and quantized or
     dequantized in INT8. In INT8 the weight and bias are in the weight format and int32 behind
     DequantizeLinears (ORT fuses it into its integer kernel); in FP32 they are float and x's
     DequantizeLinear is per channel, as InsertQDQPass writes it for an FP32 node, so that ORT
-    does not quantize the weight itself."""
+    does not quantize the weight itself. `on_tiles`: INT8 weights stored for ORT's GEMM path, as
+    AmxConvWeightsPass stores them."""
     weight = node.inputs[1].const_value.numpy()
     bias = (
         node.inputs[2].const_value.numpy()
@@ -140,6 +220,8 @@ def _one_node_model(
     else:
         axis = weight_channel_axis(node, weight)
         q, scale, zero_point = quantize_weight(weight, axis, weight_format(node, weight, weights))
+        if on_tiles:
+            q, zero_point = stored_for_gemm(q, zero_point)
         arrays.update(w_q=q, w_scale=scale, w_zero=zero_point)
         nodes = [
             *_input_nodes(precision, boundaries.uint8_in),

@@ -76,6 +76,8 @@ class Calibration:
     # the calibration rows that measured it, to measure it again for other weights
     bias_shifts: dict = field(default_factory=dict)
     bias_batch: dict = field(default_factory=dict, repr=False)
+    # Convs kernel timing found faster on AMX tiles (kernel_timing.faster_on_amx_tiles)
+    amx_convs: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -206,12 +208,22 @@ def quantize(
         _check_cleanup(reference, clean, held_out[0])
         selection = _select(graph, recipe, scaling=scaling_muls)
     served_feeds = served(held_out[0], options.serve_batch)
-    kept_fp32 = _slower_in_int8(clean, graph, selection.int8, served_feeds, recipe, options.threads)
+    amx_convs = _faster_on_amx_tiles(clean, graph, selection.int8, served_feeds, recipe, options)
+    kept_fp32 = _slower_in_int8(
+        clean, graph, selection.int8, served_feeds, recipe, options.threads, amx_convs
+    )
     selection, untimed, histograms = _calibrated_selections(
         graph, clean, recipe, kept_fp32, scaling_muls, samples, progress
     )
     calibration = Calibration(
-        original, graph, clean, selection, histograms, n_cal, time.perf_counter() - start
+        original,
+        graph,
+        clean,
+        selection,
+        histograms,
+        n_cal,
+        time.perf_counter() - start,
+        amx_convs=amx_convs,
     )
     sqnr_samples = (
         f"{held_range[1] - held_range[0]} held-out samples"
@@ -389,7 +401,9 @@ def qdq_model(result: QuantizeResult, fp32_nodes: set[str]) -> onnx.ModelProto:
     trial."""
     calibration = result.calibration
     int8 = set(calibration.selection.int8 - fp32_nodes)
-    plan = make_plan(calibration.graph, int8, calibration.histograms, result.recipe)
+    plan = make_plan(
+        calibration.graph, int8, calibration.histograms, result.recipe, calibration.amx_convs
+    )
     return _lowered(calibration.graph, plan, calibration.bias_shifts, checked=False)
 
 
@@ -413,7 +427,12 @@ def _lower(
     clean, graph = calibration.clean, calibration.graph
     selection = calibration.selection.without(fallback)
     int8, plan, executed, selection = _lower_without_islands(
-        graph, selection, calibration.histograms, recipe, calibration.bias_shifts
+        graph,
+        selection,
+        calibration.histograms,
+        recipe,
+        calibration.bias_shifts,
+        calibration.amx_convs,
     )
     _stamp(int8, calibration.original, recipe)
     folded = {mul.name for mul in idle_scaling_muls(graph, plan.nodes)}  # back into FP32 weights
@@ -422,7 +441,11 @@ def _lower(
         fp32_model=clean,
         recipe=recipe,
         options=options,
-        decisions=[d for d in decisions(graph, selection, plan.absorbed) if d.name not in folded],
+        decisions=[
+            d
+            for d in decisions(graph, selection, plan.absorbed, plan.amx_convs)
+            if d.name not in folded
+        ],
         kernels=coverage.kernel_counts(executed),
         calibration_samples=calibration.samples,
         calibration_seconds=calibration.seconds,
@@ -440,13 +463,19 @@ NCHW_MAXPOOL = "ORT ran it on uint8 in its NCHW MaxPool kernel, slower than in f
 
 
 def _lower_without_islands(
-    graph: ir.Model, selection: Selection, histograms: dict, recipe: Recipe, bias_shifts: dict
+    graph: ir.Model,
+    selection: Selection,
+    histograms: dict,
+    recipe: Recipe,
+    bias_shifts: dict,
+    amx_convs: frozenset[str] = frozenset(),
 ):
-    """Lower to Q/DQ (`bias_shifts` taken from the Convs' biases), then send every planned node ORT
-    would still run in float, or (for ONNX Runtime) on uint8 in a kernel slower than float, back
-    to FP32, until none is left. Returns the INT8 model, its plan, ORT's executed graph, and the selection."""
+    """Lower to Q/DQ (`bias_shifts` taken from the Convs' biases, the `amx_convs` on AMX tiles),
+    then send every planned node ORT would still run in float, or (for ONNX Runtime) on uint8 in
+    a kernel slower than float, back to FP32, until none is left. Returns the INT8 model, its
+    plan, ORT's executed graph, and the selection."""
     while True:  # ends: every round sends at least one planned node back to FP32
-        plan = make_plan(graph, set(selection.int8), histograms, recipe)
+        plan = make_plan(graph, set(selection.int8), histograms, recipe, amx_convs)
         int8 = _lowered(graph, plan, bias_shifts)
         executed = coverage.optimized_graph(int8)
         found = dict.fromkeys(coverage.float_islands(executed, plan.nodes), FLOAT_ISLAND)
@@ -464,13 +493,39 @@ def _slower_in_int8(
     feeds: dict,
     recipe: Recipe,
     threads: int,
+    amx_convs: frozenset[str],
 ) -> dict[str, str]:
     """Kernel timings describe this machine and ONNX Runtime's kernels: they decide only for
     this machine's own target, and for a model made for ONNX Runtime."""
     if not timed_here(recipe) or recipe.runtime != "onnxruntime":
         return {}
     return kernel_timing.slower_in_int8(
-        clean, graph, nodes, feeds, WEIGHT_FORMATS[recipe.weights], recipe.target, threads
+        clean,
+        graph,
+        nodes,
+        feeds,
+        WEIGHT_FORMATS[recipe.weights],
+        recipe.target,
+        threads,
+        amx_convs,
+    )
+
+
+def _faster_on_amx_tiles(
+    clean: onnx.ModelProto,
+    graph: ir.Model,
+    nodes: set[str],
+    feeds: dict,
+    recipe: Recipe,
+    options: RunOptions,
+) -> frozenset[str]:
+    """The Convs that go on AMX tiles: measured, so only on this machine's own target, amx, with
+    timing on, for ONNX Runtime."""
+    if not timed_here(recipe) or recipe.runtime != "onnxruntime" or recipe.target != "amx":
+        return frozenset()
+    weights = WEIGHT_FORMATS[recipe.weights]
+    return frozenset(
+        kernel_timing.faster_on_amx_tiles(clean, graph, nodes, feeds, weights, options.threads)
     )
 
 

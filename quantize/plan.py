@@ -34,12 +34,19 @@ class QuantPlan:
     # tensor -> where its range is clipped below for its readers, which cannot tell the values
     # under it apart (a SiLU's flat tail, an absorbed Relu's zero): their FP32 reference too
     floors: dict[str, float] = field(default_factory=dict)
+    # Convs whose int8 weights are stored for ORT's GEMM path, on AMX tiles (passes/amx_conv_weights.py)
+    amx_convs: set[str] = field(default_factory=set)
 
 
 def make_plan(
-    model: ir.Model, nodes: set[str], histograms: dict[str, StreamingHistogram], recipe: Recipe
+    model: ir.Model,
+    nodes: set[str],
+    histograms: dict[str, StreamingHistogram],
+    recipe: Recipe,
+    amx_convs: frozenset[str] = frozenset(),
 ) -> QuantPlan:
-    """The plan for `nodes` under `recipe` (resolved: no "auto" in it)."""
+    """The plan for `nodes` under `recipe` (resolved: no "auto" in it); the `amx_convs` that
+    kernel timing found faster on AMX tiles go there, in ONNX Runtime."""
     ranges = {
         name: choose_range(h, recipe.ranges)
         for name, h in histograms.items()
@@ -54,6 +61,9 @@ def make_plan(
         wide=set(recipe.overrides.wide_outputs) & set(nodes),
         residual=set(recipe.overrides.residual_inputs) & set(nodes),
         floors={name: lo for name, (lo, _) in narrowed.items() if lo > ranges[name][0]},
+        amx_convs=set(amx_convs) & set(nodes)
+        if recipe.runtime == "onnxruntime" and WEIGHT_FORMATS[recipe.weights].zero_point == 0
+        else set(),
     )
     alias: dict[str, str] = {}
     for node in model.graph:

@@ -169,14 +169,23 @@ def select_nodes(
     return Selection(frozenset(chosen), reasons)
 
 
+ON_AMX_TILES = "on AMX tiles: its weights stored for ONNX Runtime's GEMM path"
+
+
 def decisions(
-    model: ir.Model, selection: Selection, absorbed: dict[str, str]
+    model: ir.Model,
+    selection: Selection,
+    absorbed: dict[str, str],
+    amx_convs: set[str] = frozenset(),
 ) -> list[NodeDecision]:
-    """One decision per float compute node, in graph order: INT8 or FP32, and why."""
+    """One decision per float compute node, in graph order: INT8 or FP32, and why (for INT8,
+    where it says more than INT8: folded into a clamp, or on AMX tiles)."""
     out = []
     for node in model.graph:
         if node.name in absorbed:
             out.append(NodeDecision(node.name, node.op_type, "int8", "folded into the uint8 clamp"))
+        elif node.name in amx_convs:
+            out.append(NodeDecision(node.name, node.op_type, "int8", ON_AMX_TILES))
         elif node.name in selection.int8:
             out.append(NodeDecision(node.name, node.op_type, "int8"))
         elif node.name in selection.fp32:

@@ -14,6 +14,7 @@ from pathlib import Path
 from onnxio import write_text
 from quantize import bench
 from quantize.pipeline import QuantizeResult
+from quantize.policy import ON_AMX_TILES
 from quantize.target import host_isa, host_target
 from quantize.validate import LAYER_FLOOR_DB, OUTPUT_FLOOR_DB
 
@@ -39,7 +40,11 @@ def summarize(result: QuantizeResult) -> dict:
         "speed_check": result.speed_check,
         "bias_correction": result.bias_correction,
         "smoothing": result.smoothing,
-        "weights": {"format": result.recipe.weights, "choice": result.weight_choice},
+        "weights": {
+            "format": result.recipe.weights,
+            "choice": result.weight_choice,
+            "amx_tile_convs": sum(d.reason == ON_AMX_TILES for d in result.decisions),
+        },
         "fidelity": fidelity(result.output_sqnr_db, result.layer_sqnr_db),
         "output_sqnr_db": result.output_sqnr_db,
         "sqnr_samples": result.sqnr_samples,
@@ -48,8 +53,14 @@ def summarize(result: QuantizeResult) -> dict:
 
 
 def weights_text(weights: dict) -> str:
-    """The summary's weight format, and why it was chosen if it was."""
-    return weights["format"] + (f": {weights['choice']}" if weights["choice"] else "")
+    """The summary's weight format, why it was chosen if it was, and how many Convs run on AMX
+    tiles if any."""
+    tiles = weights["amx_tile_convs"]
+    return (
+        weights["format"]
+        + (f": {weights['choice']}" if weights["choice"] else "")
+        + (f"; {tiles} Convs on AMX tiles (stored for ONNX Runtime's GEMM path)" if tiles else "")
+    )
 
 
 def fidelity(output_sqnr_db: dict[str, float], layer_sqnr_db: dict[str, float]) -> dict:

@@ -226,3 +226,59 @@ def test_a_fast_node_is_screened_for_a_hundred_runs_and_confirmed_for_the_full_t
         quantize(*net, Recipe())
         assert seconds and seconds[0::2] == pytest.approx([screen_seconds] * (len(seconds) // 2))
         assert seconds[1::2] == [kernel_timing.CONFIRMATION[0]] * (len(seconds) // 2)
+
+
+def tiles_timings(ms: list[tuple[float, float]]):
+    """A stand-in for the two INT8 forms' measurement: (symmetric, tiles) ms in turn."""
+    calls = iter(ms)
+
+    def compare_sessions(models, feeds, threads, seconds, rounds, min_block):
+        assert list(models) == ["symmetric", "tiles"]
+        symmetric, tiles = next(calls)
+        return {"symmetric": {"latency_ms_p50": symmetric}, "tiles": {"latency_ms_p50": tiles}}
+
+    return compare_sessions
+
+
+@pytest.mark.parametrize(
+    "ms, taken",
+    [
+        ([(1.0, 0.6), (1.0, 0.6)], True),
+        ([(1.0, 0.97), (1.0, 0.97)], False),  # within TILES_MARGIN: ORT's default kernel stays
+        ([(1.0, 0.6), (1.0, 1.1)], False),  # the confirmation does not bear the screen out
+    ],
+)
+def test_a_large_conv_goes_on_amx_tiles_where_both_measurements_find_them_faster(
+    monkeypatch, ms, taken
+):
+    model = conv_net(channels=64)
+    graph = ir.serde.deserialize_model(model)
+    monkeypatch.setattr(kernel_timing.bench, "glance_ms", lambda *_: 1.0)
+    monkeypatch.setattr(kernel_timing.bench, "compare_sessions", tiles_timings(ms))
+    nodes = {n.name for n in graph.graph if n.op_type in ("Conv", "Relu", "Add", "Gemm")}
+    int8 = target.WEIGHT_FORMATS["int8"]
+    chosen = kernel_timing.faster_on_amx_tiles(model, graph, nodes, {"x": images(4)}, int8)
+    assert chosen == ({"conv2"} if taken else set())  # conv1's 3 x 3 x 3 inputs: never timed
+
+
+def test_convs_found_faster_on_amx_tiles_are_stored_for_them_and_timed_so_against_fp32(
+    tmp_path, monkeypatch
+):
+    """On an AMX CPU (stood in for): what the tiles' timing finds reaches the model, its
+    decisions and its summary, and the INT8-FP32 verdicts time those Convs on the tiles."""
+    onnx.save(conv_net(channels=64), str(tmp_path / "net.onnx"))
+    np.save(tmp_path / "x.npy", images(96))
+    monkeypatch.setattr(pipeline, "host_target", lambda: "amx")
+    monkeypatch.setattr(kernel_timing, "faster_on_amx_tiles", lambda *a: {"conv2"})
+    timed_on_tiles = []
+    monkeypatch.setattr(
+        kernel_timing, "slower_in_int8", lambda *a: timed_on_tiles.append(a[-1]) or {}
+    )
+    made = quantize(tmp_path / "net.onnx", tmp_path / "x.npy", Recipe(target="amx"))
+    assert timed_on_tiles == [frozenset({"conv2"})]
+    weights = {i.name: i for i in made.model.graph.initializer}
+    assert onnx.numpy_helper.to_array(weights["conv2_weight_zero_point"]).tolist() == [-1] * 64
+    assert not onnx.numpy_helper.to_array(weights["conv1_weight_zero_point"]).any()
+    reasons = {d.name: d.reason for d in made.decisions if d.precision == "int8"}
+    assert reasons["conv2"].startswith("on AMX tiles") and reasons["conv1"] == ""
+    assert summarize(made)["weights"]["amx_tile_convs"] == 1

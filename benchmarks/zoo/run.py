@@ -60,12 +60,14 @@ def untimed_recipe(fp32: ir.Model) -> Recipe:
     return preset(preset_for(fp32), fp32, kernel_timing=False)
 
 
-def calibrated(model: ZooModel, recipe: Recipe, samples: int) -> QuantizeResult:
+def calibrated(
+    model: ZooModel, recipe: Recipe, samples: int, options: RunOptions = RunOptions()
+) -> QuantizeResult:
     """`model` quantized under `recipe` on its first `samples` calibration samples."""
     with tempfile.TemporaryDirectory() as tmp:
         calib = Path(tmp) / "calib.npz"
         np.savez(calib, **model.calibration(samples))
-        return quantize(model.build(), calib, recipe, RunOptions())
+        return quantize(model.build(), calib, recipe, options)
 
 
 def run_model(
@@ -116,6 +118,7 @@ def run_model(
             smoothing=summary["smoothing"],
             weights=summary["weights"]["format"],
             weight_choice=summary["weights"]["choice"],
+            amx_tile_convs=summary["weights"]["amx_tile_convs"],
             accuracy_fallback=[
                 n["name"]
                 for n in summary["coverage"]["fp32_nodes"]

@@ -12,13 +12,15 @@ lower_to_qdq(model, p)  carry out a QuantPlan: absorb Relus, Divs by constants a
                         into the weights, insert Q/DQ pairs, a HardSwish as QLinearAdd and QLinearMul, an Add of a constant before Convs into their input's zero point, a residual Conv for chosen inputs, widen
                         chosen Conv outputs, and for ONNX Runtime, a nearest upsampling by whole
                         factors and a per-channel gate's broadcast as copies on NHWC data, a
-                        float-output INT8 MatMul's bias Add into its integer kernel
+                        float-output INT8 MatMul's bias Add into its integer kernel, and on AMX
+                        large Convs' weights stored for ORT's GEMM path (AMX tiles)
 """
 
 import onnx_ir as ir
 from onnx_ir.passes import common
 
 from quantize.passes.absorb_activation import AbsorbActivationPass
+from quantize.passes.amx_conv_weights import AmxConvWeightsPass
 from quantize.passes.bias_before_reshape import BiasBeforeReshapePass
 from quantize.passes.broadcast_gate import BroadcastGatePass
 from quantize.passes.div_to_mul import DivToMulPass
@@ -49,6 +51,7 @@ from quantize.plan import QuantPlan
 
 __all__ = [
     "AbsorbActivationPass",
+    "AmxConvWeightsPass",
     "BiasBeforeReshapePass",
     "BroadcastGatePass",
     "DivToMulPass",
@@ -135,7 +138,12 @@ def lower_to_qdq(model: ir.Model, plan: QuantPlan, checked: bool = True) -> ir.M
             ResidualInputPass(plan),
             WidenOutputPass(plan),
             *(
-                [UpsampleAsCopyPass(plan), BroadcastGatePass(plan), IntegerMatMulBiasPass()]
+                [
+                    UpsampleAsCopyPass(plan),
+                    BroadcastGatePass(plan),
+                    IntegerMatMulBiasPass(),
+                    AmxConvWeightsPass(plan),
+                ]
                 if plan.runtime == "onnxruntime"
                 else []
             ),
