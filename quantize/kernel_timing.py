@@ -56,8 +56,8 @@ SLOWER = "INT8 slower than FP32"  # how the reason of a node kept FP32 begins
 # A Conv goes on AMX tiles (ORT's GEMM path) only where that measures this much faster than ORT's
 # symmetric kernel (VNNI), and by MIN_GAIN_MS. It is timed only for a GEMM (output pixels x K by
 # K x N) of at least these many output channels per group (N) and this long a reduction (K: input
-# channels per group x kernel area): below them no Conv of ResNet-50 or the zoo's CNNs gained
-# (benchmarks/results/amx_conv_amx.md), and the tiles' gain shrinks with few output pixels.
+# channels per group x kernel area): below them no Conv of ResNet-50 or the zoo's CNNs gained more
+# than 9 % (benchmarks/results/amx_conv_amx.md).
 TILES_MARGIN = 0.05
 TILES_MIN_CHANNELS, TILES_MIN_REDUCTION = 64, 256
 
