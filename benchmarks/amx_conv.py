@@ -19,10 +19,15 @@ import onnx_ir as ir
 from benchmarks.results import shape_text, sized, write_results
 from benchmarks.zoo.run import all_models, calibrated
 from models.resnet50.build import DEMO, build
-from onnxio import ObservingSession
 from quantize import Recipe, RunOptions, quantize
 from quantize.bench import compare_sessions
-from quantize.kernel_timing import Boundaries, _one_node_model, _signature, _tiles_candidate
+from quantize.kernel_timing import (
+    Boundaries,
+    _input_shapes,
+    _one_node_model,
+    _signature,
+    _tiles_candidate,
+)
 from quantize.pipeline import keep_fp32
 from quantize.recipe import preset, preset_for
 from quantize.target import WEIGHT_FORMATS, host_target
@@ -77,10 +82,7 @@ def _convs(result, feeds: dict) -> list[dict]:
         and n.inputs[1].const_value.shape[1] * n.attributes.get_int("group", 1) > 1
         and n.attributes.get_int("group", 1) != n.inputs[1].const_value.shape[0]
     ]
-    names = list(dict.fromkeys(n.inputs[0].name for n in convs))
-    shapes = {k: v.shape for k, v in feeds.items()}
-    for fetched in ObservingSession(result.fp32_model, names, THREADS).run(feeds, split_rows=False):
-        shapes.update({k: v.shape for k, v in fetched.items()})
+    shapes = _input_shapes(result.fp32_model, convs, feeds, THREADS)
     measured: dict[tuple, dict] = {}
     for node in convs:
         shape = shapes[node.inputs[0].name]
