@@ -36,7 +36,7 @@ from quantize import Recipe, RunOptions, quantize
 from quantize.bench import compare
 from quantize.coverage import kernel_counts, optimized_graph
 from quantize.kernel_timing import SLOWER
-from quantize.policy import ON_AMX_TILES
+from quantize.report import amx_tile_convs
 from quantize.runtime import OpenVINOSession, session
 from quantize.target import host_isa
 
@@ -174,7 +174,7 @@ def main() -> None:
             for name, result in (("int8", ours), ("int8_224", ours_224))
         },
         "amx_tile_convs": {
-            name: sum(d.reason == ON_AMX_TILES for d in result.decisions)
+            name: amx_tile_convs(result)
             for name, result in (("int8", ours), ("int8_224", ours_224))
         },
         "whole_model_timing_check": {
@@ -250,8 +250,8 @@ def _markdown(result: dict) -> str:
 
 
 def _tiles_line(result: dict) -> list[str]:
-    tiles = result.get("amx_tile_convs")
-    if not tiles or not any(tiles.values()):
+    tiles = result["amx_tile_convs"]
+    if not any(tiles.values()):
         return []
     return [
         f"Convs run on AMX tiles (kernel timing's choice): {tiles['int8']} calibrated at 32x32, "

@@ -43,13 +43,18 @@ def summarize(result: QuantizeResult) -> dict:
         "weights": {
             "format": result.recipe.weights,
             "choice": result.weight_choice,
-            "amx_tile_convs": sum(d.reason == ON_AMX_TILES for d in result.decisions),
+            "amx_tile_convs": amx_tile_convs(result),
         },
         "fidelity": fidelity(result.output_sqnr_db, result.layer_sqnr_db),
         "output_sqnr_db": result.output_sqnr_db,
         "sqnr_samples": result.sqnr_samples,
         "layer_sqnr_db": result.layer_sqnr_db,
     }
+
+
+def amx_tile_convs(result: QuantizeResult) -> int:
+    """How many of `result`'s Convs run on AMX tiles (stored for ONNX Runtime's GEMM path)."""
+    return sum(d.reason == ON_AMX_TILES for d in result.decisions)
 
 
 def weights_text(weights: dict) -> str:
