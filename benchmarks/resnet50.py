@@ -113,7 +113,9 @@ def main() -> None:
         ("nncf_int8", nncf_int8(cache / "resnet50.onnx", calib)),
         ("int8_openvino", ours_openvino.model),
     ):
-        runners[name] = lambda shape, m=ov_model: _first_output(OpenVINOSession(m, THREADS, shape))
+        runners[name] = lambda shape, m=ov_model: _first_output(
+            OpenVINOSession(m, THREADS, {"image": shape})
+        )
 
     accuracy = {name: 100 * _top1(make, images, labels) for name, make in runners.items()}
     by_method = {

@@ -26,8 +26,13 @@ def compare_sessions(
     min_block: int = 3,
     runtime: str = "onnxruntime",
 ) -> dict[str, dict]:
-    """Sessions of `runtime` for each model (in memory or a path) over the same `feeds`."""
-    sessions = {name: runtime_session(model, threads, runtime) for name, model in models.items()}
+    """Sessions of `runtime` for each model (in memory or a path) over the same `feeds`, each
+    compiled for the feeds' shapes where the runtime compiles for shapes (OpenVINO)."""
+    shapes = {name: array.shape for name, array in feeds.items()}
+    sessions = {
+        name: runtime_session(model, threads, runtime, shapes=shapes)
+        for name, model in models.items()
+    }
     calls = {name: (lambda s=s: s.run(None, feeds)) for name, s in sessions.items()}
     return compare(calls, len(next(iter(feeds.values()))), min_seconds, rounds, min_block)
 

@@ -97,11 +97,18 @@ def _outputs(
     """Every output of `model` for latents z, run batch by batch. OpenVINO compiles it for a
     static batch (a short last one padded), as its benchmark_app does: its INT8 kernels for a
     dynamic batch compute other values than for a static one."""
-    sess = runtime_session(model, threads, runtime, exact_kernels, shape=(batch, LATENT))
-    name = sess.get_inputs()[0].name
+    name = _input_name(model)
+    sess = runtime_session(model, threads, runtime, exact_kernels, {name: (batch, LATENT)})
     if runtime == "openvino":
         return lambda z: in_fixed_batches(lambda b: sess.run(None, {name: b}), z, batch)
     return lambda z: run_batches(sess, {name: z}, batch)
+
+
+def _input_name(model) -> str:
+    """The latent's name in an ONNX generator or an OpenVINO one (NNCF's)."""
+    if isinstance(model, onnx.ModelProto):
+        return model.graph.input[0].name
+    return model.inputs[0].get_any_name()
 
 
 def _recipe_runtime(model) -> str:
