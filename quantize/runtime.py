@@ -172,6 +172,20 @@ def runtime_session(
     return session(model, threads, exact_kernels=exact_kernels)
 
 
+def served_sessions(model, feeds: list[dict], threads: int = 0, runtime: str = "onnxruntime"):
+    """A session of `runtime` for each of `feeds`, as it would serve them: ONNX Runtime's one for
+    all, OpenVINO's compiled for each feed's input shapes. Compiled for any shape, OpenVINO
+    computed YOLOv8n's INT8 boxes far from FP32's, and compiled for the image's shape close."""
+    if runtime != "openvino":
+        return [runtime_session(model, threads, runtime)] * len(feeds)
+    keys = [tuple(sorted((name, array.shape) for name, array in feed.items())) for feed in feeds]
+    compiled = {
+        key: runtime_session(model, threads, runtime, shapes=dict(key))
+        for key in dict.fromkeys(keys)
+    }
+    return [compiled[key] for key in keys]
+
+
 def run_batches(
     sess: ort.InferenceSession, feeds: dict[str, np.ndarray], batch: int
 ) -> list[np.ndarray]:

@@ -13,7 +13,7 @@ import onnx
 from onnx import numpy_helper
 
 from onnxio import computing_only
-from quantize.runtime import runtime_session, session
+from quantize.runtime import served_sessions, session
 
 LAYER_SAMPLES = 4  # per-layer SQNR reads every activation at once: few samples, in groups
 LAYER_GROUP = 32
@@ -112,11 +112,11 @@ def output_sqnr(
 def model_outputs(
     model: onnx.ModelProto, batches: list[dict], threads: int = 0, runtime: str = "onnxruntime"
 ) -> dict:
-    """Every output of `model` over `batches` as `runtime` computes them: output name -> one
-    array per batch."""
-    runner = runtime_session(model, threads, runtime)
-    names = [o.name for o in runner.get_outputs()]
-    results = [runner.run(None, b) for b in batches]
+    """Every output of `model` over `batches` as `runtime` serves them (`served_sessions`):
+    output name -> one array per batch."""
+    runners = served_sessions(model, batches, threads, runtime)
+    names = [o.name for o in runners[0].get_outputs()]
+    results = [runner.run(None, b) for runner, b in zip(runners, batches)]
     return {name: [r[i] for r in results] for i, name in enumerate(names)}
 
 

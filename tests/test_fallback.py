@@ -207,12 +207,12 @@ def test_a_trial_the_runtime_cannot_compile_is_never_taken(tmp_path, monkeypatch
     assert min(result.output_sqnr_db.values()) < OUTPUT_FLOOR_DB  # the floor's fallback runs
     assert to_fidelity_floor(result).fp32_nodes[0] == "down"  # the trial that gains most
 
-    def no_fp32_down(model, threads=0, runtime="onnxruntime"):
+    def no_fp32_down(model, threads=0, runtime="onnxruntime", shapes=None):
         quantized = any(n.op_type == "QuantizeLinear" for n in model.graph.node)
         if quantized and not _reads_dequantized(model, "down"):  # as a recogniser trial failed
             raise CompileError("OpenVINO cannot compile the model: MoveFakeQuantize")
-        return runtime_session(model, threads, runtime)
+        return runtime_session(model, threads, runtime, shapes=shapes)
 
-    monkeypatch.setattr("quantize.validate.runtime_session", no_fp32_down)
+    monkeypatch.setattr("quantize.runtime.runtime_session", no_fp32_down)
     found = to_fidelity_floor(result)
     assert found.trial_gains["down"] == -math.inf and "down" not in found.fp32_nodes

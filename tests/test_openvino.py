@@ -11,7 +11,7 @@ import pytest
 from graphs import conv_net, images
 
 from quantize import Recipe, keep_fp32_unless_faster, quantize
-from quantize.runtime import OpenVINOSession, runtime_session, session
+from quantize.runtime import OpenVINOSession, runtime_session, served_sessions, session
 from quantize.validate import sqnr_db
 
 
@@ -82,18 +82,38 @@ def test_the_fidelity_of_a_model_made_for_openvino_is_measured_as_openvino_runs_
     np.save(tmp_path / "x.npy", images(96))
     opened = []
 
-    def recording_session(model, threads=0, runtime="onnxruntime"):
-        opened.append(runtime)
-        return runtime_session(model, threads, runtime)
+    def recording_session(model, threads=0, runtime="onnxruntime", shapes=None):
+        opened.append((runtime, shapes))
+        return runtime_session(model, threads, runtime, shapes=shapes)
 
-    monkeypatch.setattr("quantize.validate.runtime_session", recording_session)
+    monkeypatch.setattr("quantize.runtime.runtime_session", recording_session)
     recipe = Recipe(runtime="openvino", kernel_timing=False)
     result = quantize(tmp_path / "net.onnx", tmp_path / "x.npy", recipe)
-    assert "openvino" in opened  # the INT8 model's outputs; FP32's reference is ONNX Runtime's
-    in_openvino = OpenVINOSession(result.model)
+    # the INT8 model's outputs, compiled for the held-out batches' shapes as OpenVINO serves
+    # them; FP32's reference is ONNX Runtime's
+    served = {tuple(x.shape) for b in result.held_out for x in b.values()}
+    assert {tuple(s["x"]) for r, s in opened if r == "openvino"} == served
     fp32 = session(result.fp32_model)
-    got = np.concatenate([in_openvino.run(None, b)[0] for b in result.held_out])
+    got = np.concatenate(
+        [
+            OpenVINOSession(result.model, shapes={"x": b["x"].shape}).run(None, b)[0]
+            for b in result.held_out
+        ]
+    )
     reference = np.concatenate([fp32.run(None, b)[0] for b in result.held_out])
     (measured,) = result.output_sqnr_db.values()
     assert measured == pytest.approx(sqnr_db(reference, got), abs=1e-4)
     assert result.sqnr_samples.endswith("run by openvino")
+
+
+def test_openvino_serves_each_input_shape_from_a_model_compiled_for_it_onnx_runtime_from_one():
+    model = conv_net(channels=4)
+    name = model.graph.input[0].name
+    feeds = [{name: images(n)} for n in (2, 3, 2)]
+    in_openvino = served_sessions(model, feeds, runtime="openvino")
+    assert [s.get_inputs()[0].shape for s in in_openvino] == [
+        list(images(n).shape) for n in (2, 3, 2)
+    ]
+    assert in_openvino[0] is in_openvino[2] and in_openvino[0] is not in_openvino[1]
+    in_ort = served_sessions(model, feeds)
+    assert in_ort[0] is in_ort[1] is in_ort[2]

@@ -5,18 +5,9 @@ tests/test_fallback.py test them); one model, the smallest, runs with every defa
 run with timings and rivals is `python -m benchmarks.zoo`."""
 
 import pytest
-from graphs import conv_net, images
 
-from benchmarks.zoo.run import (
-    REDUCED,
-    all_models,
-    rival_fidelity,
-    run_model,
-    table,
-    timing_sessions,
-)
+from benchmarks.zoo.run import REDUCED, all_models, rival_fidelity, run_model, table
 from quantize.pipeline import WHOLE_FP32
-from quantize.runtime import OpenVINOSession, session
 from quantize.target import WEIGHT_FORMATS
 
 SUITE = dict(REDUCED, calibration=12)
@@ -83,15 +74,3 @@ def test_ours_made_for_openvino_is_marked_where_its_speed_check_kept_it_fp32():
     ]
     assert rival_fidelity(records[0], "int8_openvino") == "1.0000 meets (FP32 kept)"
     assert rival_fidelity(records[1], "int8_openvino") == "1.0000 meets"
-
-
-def test_the_zoo_times_openvino_compiled_for_the_timed_feed_and_onnx_runtime_as_it_ran():
-    model = conv_net(channels=4)
-    feed = {model.graph.input[0].name: images(5)}
-    variants = {"fp32": model, "nncf_openvino": model, "int8_openvino": model}
-    runners = {"fp32": session(model)} | {n: OpenVINOSession(model) for n in list(variants)[1:]}
-    timed = timing_sessions(runners, variants, feed)
-    assert timed["fp32"] is runners["fp32"]
-    for name in ("nncf_openvino", "int8_openvino"):
-        assert runners[name].get_inputs()[0].shape[0] is None  # fidelity: any batch
-        assert timed[name].get_inputs()[0].shape == list(images(5).shape)

@@ -27,7 +27,7 @@ from quantize import fallback
 from quantize.bench import compare, compare_per_core
 from quantize.pipeline import WHOLE_FP32, QuantizeResult, cleaned_fp32, quantize
 from quantize.recipe import Recipe, RunOptions, preset, preset_for
-from quantize.runtime import OpenVINOSession, session
+from quantize.runtime import served_sessions, session
 
 FULL = {"calibration": 256, "evaluation": 120, "seconds": 8.0}
 # few samples and no timing at all, so neither the CLI's per-node kernel timing nor its fallback
@@ -46,8 +46,8 @@ REDUCED = {
 # minutes apart, docs/zoo.md).
 ROUNDS = 16
 RIVALS = ("ort_static", "ort_dynamic", "nncf_openvino", "int8_openvino")
-# Run by OpenVINO, the rest by ONNX Runtime: compiled for any shape for fidelity (the zoo's
-# inputs vary in size), and for the timed feed's shapes when timed, as benchmark_app times it.
+# Run by OpenVINO, compiled for each input's shapes as it serves (`served_sessions`); the rest by
+# ONNX Runtime.
 OPENVINO = ("nncf_openvino", "int8_openvino")
 
 
@@ -161,9 +161,10 @@ def run_model(
     outputs, runners = {}, {}
     for name, variant in list(variants.items()):
         try:
-            runner = OpenVINOSession(variant) if name in OPENVINO else session(variant)
-            outputs[name] = [runner.run(None, feed) for feed in feeds]
-            runners[name] = runner
+            runtime = "openvino" if name in OPENVINO else "onnxruntime"
+            served = served_sessions(variant, feeds, runtime=runtime)
+            outputs[name] = [runner.run(None, feed) for runner, feed in zip(served, feeds)]
+            runners[name] = served[0]  # the one timed, on feeds[0]
         except Exception as exc:
             record["rivals"][name] = {"status": f"does not run: {_error_line(exc)}"}
             del variants[name]
@@ -182,8 +183,7 @@ def run_model(
         fp32_shifted = [runners["fp32"].run(None, feed) for feed in shifted]
         record["fp32_shifted_one_pixel"] = model.fidelity(feeds, outputs["fp32"], fp32_shifted)
     if seconds:
-        timed = timing_sessions(runners, variants, feeds[0])
-        calls = {name: partial(runner.run, None, feeds[0]) for name, runner in timed.items()}
+        calls = {name: partial(runner.run, None, feeds[0]) for name, runner in runners.items()}
         speed = compare(calls, batch, min_seconds=seconds, rounds=ROUNDS)
         ours = speed["int8"]["throughput"]
         record["throughput"] = {name: s["throughput"] for name, s in speed.items()}
@@ -194,17 +194,6 @@ def run_model(
             )
         record["per_core"] = _per_core(variants, feeds[0], batch, seconds)
     return record
-
-
-def timing_sessions(runners: dict, variants: dict, feed: dict) -> dict:
-    """The sessions to time on `feed`: ONNX Runtime's as they are, OpenVINO's compiled again for
-    `feed`'s shapes (compiled for any shape, OpenVINO ran the 3DGAN generator's INT8 model slower
-    than its FP32 graph)."""
-    shapes = {name: x.shape for name, x in feed.items()}
-    return {
-        name: OpenVINOSession(variants[name], shapes=shapes) if name in OPENVINO else runner
-        for name, runner in runners.items()
-    }
 
 
 def _per_core(variants: dict, feed: dict, batch: int, seconds: float) -> dict:
