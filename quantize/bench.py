@@ -14,7 +14,7 @@ from collections.abc import Callable
 import numpy as np
 
 from quantize.batcher import core_groups
-from quantize.runtime import runtime_session
+from quantize.runtime import runtime_session, served_sessions
 
 
 def compare_sessions(
@@ -28,10 +28,8 @@ def compare_sessions(
 ) -> dict[str, dict]:
     """Sessions of `runtime` for each model (in memory or a path) over the same `feeds`, each
     compiled for the feeds' shapes where the runtime compiles for shapes (OpenVINO)."""
-    shapes = {name: array.shape for name, array in feeds.items()}
     sessions = {
-        name: runtime_session(model, threads, runtime, shapes=shapes)
-        for name, model in models.items()
+        name: served_sessions(model, [feeds], threads, runtime)[0] for name, model in models.items()
     }
     calls = {name: (lambda s=s: s.run(None, feeds)) for name, s in sessions.items()}
     return compare(calls, len(next(iter(feeds.values()))), min_seconds, rounds, min_block)

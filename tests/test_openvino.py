@@ -60,7 +60,7 @@ def test_the_speed_check_of_a_model_made_for_openvino_times_it_compiled_for_the_
         opened.append(runtime_session(model, threads, runtime, shapes=shapes))
         return opened[-1]
 
-    monkeypatch.setattr("quantize.bench.runtime_session", recording_session)
+    monkeypatch.setattr("quantize.runtime.runtime_session", recording_session)
     keep_fp32_unless_faster(result, seconds=0.2)
     (served,) = [list(array.shape) for array in result.served_feeds.values()]
     assert opened and all(isinstance(s, OpenVINOSession) for s in opened)
