@@ -117,3 +117,44 @@ def test_openvino_serves_each_input_shape_from_a_model_compiled_for_it_onnx_runt
     assert in_openvino[0] is in_openvino[2] and in_openvino[0] is not in_openvino[1]
     in_ort = served_sessions(model, feeds)
     assert in_ort[0] is in_ort[1] is in_ort[2]
+
+
+def test_a_profiled_openvino_session_says_which_kernels_ran_its_int8_convs(tmp_path):
+    onnx.save(conv_net(channels=16), str(tmp_path / "net.onnx"))
+    np.save(tmp_path / "x.npy", images(64))
+    result = quantize(tmp_path / "net.onnx", tmp_path / "x.npy", Recipe(kernel_timing=False))
+    feeds = result.held_out[0]
+    shapes = {name: array.shape for name, array in feeds.items()}
+    profiled = OpenVINOSession(result.model, 1, shapes, profile=True)
+    profiled.run(None, feeds)
+    convs = {
+        kernel: n for (op, kernel), (n, _) in profiled.kernel_times().items() if op == "Convolution"
+    }
+    int8_convs = sum(n for kernel, n in convs.items() if kernel.lower().endswith("i8"))
+    assert int8_convs == sum(1 for node in result.fp32_model.graph.node if node.op_type == "Conv")
+
+
+def test_symmetric_activations_keep_each_range_and_set_zero_points_to_zero():
+    from benchmarks.openvino_activations import symmetric_activations
+
+    scale, zero = np.float32(0.02), np.uint8(40)
+    graph = onnx.helper.make_graph(
+        [
+            onnx.helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
+            onnx.helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"]),
+        ],
+        "qdq",
+        [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [5])],
+        [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [5])],
+        [onnx.numpy_helper.from_array(scale, "s"), onnx.numpy_helper.from_array(zero, "z")],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 13)])
+    x = {"x": np.array([-0.8, -0.1, 0.0, 1.0, 4.3], np.float32)}  # [-0.8, 4.3]: 40 and 215 steps
+    rewritten = symmetric_activations(model)
+    constants = {c.name: onnx.numpy_helper.to_array(c) for c in rewritten.graph.initializer}
+    assert constants["z"] == 0 and constants["z"].dtype == np.int8
+    assert np.isclose(constants["s"], 0.02 * 215 / 127)
+    np.testing.assert_allclose(
+        session(rewritten).run(None, x)[0], x["x"], atol=constants["s"] / 2 + 1e-6
+    )
+    assert onnx.numpy_helper.to_array(model.graph.initializer[1]) == 40  # the input is unchanged

@@ -1,0 +1,133 @@
+"""`python -m benchmarks.openvino_activations`: which activation form OpenVINO's INT8 kernels
+favour, and what it costs in fidelity, on the zoo's YOLOv8n (the one model where ours made for
+OpenVINO runs behind NNCF).
+
+Four models in OpenVINO, compiled for one 320x320 image, 2 threads, timed in one run: our
+cleaned FP32 graph; ours made for OpenVINO (`quantize --runtime openvino`: uint8 activations
+with zero points, the form ONNX Runtime's kernels favour, benchmarks/activation_dtype.py); the
+same model with every activation rewritten to symmetric int8 (zero point 0, the scale widened to
+the larger side of its range; nothing else changes); and NNCF's (symmetric activations, its
+performance preset). Per model: throughput, where OpenVINO's Convolutions spend their time by
+kernel, and the zoo's agreement with FP32 (benchmarks/zoo/yolo.py).
+"""
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from benchmarks.results import for_this_cpu, sized, write_results
+from benchmarks.rivals import nncf_int8
+from benchmarks.zoo import yolo
+from quantize.bench import compare_sessions
+from quantize.pipeline import cleaned_fp32
+from quantize.runtime import OpenVINOSession, served_sessions
+from quantize.target import host_isa
+
+THREADS = 2
+PROFILED_RUNS = 20  # a profile is of the last run, after these warm-ups
+
+
+def symmetric_activations(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` with each uint8 activation quantized around a zero point z != 0 at scale s made
+    int8 with zero point 0 at scale s * max(z, 255 - z) / 127: the same range, or wider."""
+    model = onnx.ModelProto.FromString(model.SerializeToString())
+    constants = {c.name: c for c in model.graph.initializer}
+    pairs = {
+        (node.input[1], node.input[2])
+        for node in model.graph.node
+        if node.op_type in ("QuantizeLinear", "DequantizeLinear") and len(node.input) == 3
+    }
+    for scale_name, zero_name in pairs:
+        zero = numpy_helper.to_array(constants[zero_name])
+        if zero.dtype != np.uint8 or zero.ndim or zero == 0:
+            continue
+        scale = numpy_helper.to_array(constants[scale_name])
+        widened = np.float32(scale * max(int(zero), 255 - int(zero)) / 127)
+        constants[scale_name].CopyFrom(numpy_helper.from_array(widened, scale_name))
+        constants[zero_name].CopyFrom(numpy_helper.from_array(np.int8(0), zero_name))
+    return model
+
+
+def made_for_openvino(path: Path, calibration: dict) -> onnx.ModelProto:
+    with tempfile.TemporaryDirectory() as tmp:
+        calib, out = Path(tmp) / "calib.npz", Path(tmp) / "int8.onnx"
+        np.savez(calib, **calibration)
+        command = [sys.executable, "-m", "quantize", str(path), "--calib", str(calib)]
+        command += ["-o", str(out), "--json", "--serve-batch", "1", "--runtime", "openvino"]
+        subprocess.run(command, check=True, capture_output=True)
+        return onnx.load(out)
+
+
+def conv_kernels(model, feed: dict) -> dict[str, dict]:
+    """OpenVINO's Convolution kernels on `feed`: how many ran and their microseconds."""
+    compiled = OpenVINOSession(model, THREADS, {k: v.shape for k, v in feed.items()}, profile=True)
+    for _ in range(PROFILED_RUNS):
+        compiled.run(None, feed)
+    return {
+        kernel: {"convs": count, "us": us}
+        for (op, kernel), (count, us) in sorted(compiled.kernel_times().items())
+        if op == "Convolution"
+    }
+
+
+def main() -> None:
+    zoo_model = yolo.models()[0]
+    path = zoo_model.build()
+    calibration = zoo_model.calibration(sized(256, 16))
+    feeds = zoo_model.evaluation(sized(120, 8))
+    ours = made_for_openvino(path, calibration)
+    models = {
+        "fp32_cleaned": cleaned_fp32(path),
+        "ours": ours,
+        "ours_symmetric": symmetric_activations(ours),
+        "nncf": nncf_int8(path, calibration),
+    }
+    speed = compare_sessions(
+        models, feeds[0], THREADS, sized(8.0, 0.5), rounds=16, runtime="openvino"
+    )
+    reference = [s.run(None, f) for s, f in zip(served_sessions(onnx.load(path), feeds), feeds)]
+    result = {"machine": host_isa(), "threads": THREADS, "model": zoo_model.name, "models": {}}
+    for name, model in models.items():
+        served = served_sessions(model, feeds, THREADS, "openvino")
+        outputs = [s.run(None, f) for s, f in zip(served, feeds)]
+        result["models"][name] = {
+            "throughput": speed[name]["throughput"],
+            "over_nncf": speed[name]["throughput"] / speed["nncf"]["throughput"],
+            "agreement": zoo_model.fidelity(feeds, reference, outputs)["value"],
+            "conv_kernels": conv_kernels(model, feeds[0]),
+        }
+    markdown = table(result)
+    write_results(for_this_cpu("openvino_activations"), result, markdown)
+    print(markdown)
+    print(json.dumps(result["models"], indent=1, default=float))
+
+
+def table(result: dict) -> str:
+    rows = [
+        f"# Activation form in OpenVINO: {result['model']}, 320x320, batch 1, "
+        f"{result['threads']} threads ({result['machine']['int8_gemm_path']})",
+        "",
+        "| model | images/s | x NNCF | agreement with FP32 (target 0.95) | Convolution kernels: "
+        "count, ms a run |",
+        "|---|---|---|---|---|",
+    ]
+    for name, m in result["models"].items():
+        kernels = "; ".join(
+            f"{kernel} {k['convs']}, {k['us'] / 1000:.2f}"
+            for kernel, k in m["conv_kernels"].items()
+        )
+        rows.append(
+            f"| {name} | {m['throughput']:.1f} | {m['over_nncf']:.2f}x | {m['agreement']:.4f} "
+            f"| {kernels} |"
+        )
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    main()
