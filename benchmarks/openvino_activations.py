@@ -12,8 +12,6 @@ kernel, and the zoo's agreement with FP32 (benchmarks/zoo/yolo.py).
 """
 
 import json
-import subprocess
-import sys
 import tempfile
 from pathlib import Path
 
@@ -24,6 +22,7 @@ from onnx import numpy_helper
 from benchmarks.results import for_this_cpu, sized, write_results
 from benchmarks.rivals import nncf_int8
 from benchmarks.zoo import yolo
+from benchmarks.zoo.run import made_for_openvino
 from quantize.bench import compare_sessions
 from quantize.pipeline import cleaned_fp32
 from quantize.runtime import OpenVINOSession, served_sessions
@@ -54,16 +53,6 @@ def symmetric_activations(model: onnx.ModelProto) -> onnx.ModelProto:
     return model
 
 
-def made_for_openvino(path: Path, calibration: dict) -> onnx.ModelProto:
-    with tempfile.TemporaryDirectory() as tmp:
-        calib, out = Path(tmp) / "calib.npz", Path(tmp) / "int8.onnx"
-        np.savez(calib, **calibration)
-        command = [sys.executable, "-m", "quantize", str(path), "--calib", str(calib)]
-        command += ["-o", str(out), "--json", "--serve-batch", "1", "--runtime", "openvino"]
-        subprocess.run(command, check=True, capture_output=True)
-        return onnx.load(out)
-
-
 def conv_kernels(model, feed: dict) -> dict[str, dict]:
     """OpenVINO's Convolution kernels on `feed`: how many ran and their microseconds."""
     compiled = OpenVINOSession(model, THREADS, {k: v.shape for k, v in feed.items()}, profile=True)
@@ -81,7 +70,9 @@ def main() -> None:
     path = zoo_model.build()
     calibration = zoo_model.calibration(sized(256, 16))
     feeds = zoo_model.evaluation(sized(120, 8))
-    ours = made_for_openvino(path, calibration)
+    with tempfile.TemporaryDirectory() as tmp:
+        np.savez(Path(tmp) / "calib.npz", **calibration)
+        ours, _ = made_for_openvino(path, Path(tmp) / "calib.npz", ("--serve-batch", "1"))
     models = {
         "fp32_cleaned": cleaned_fp32(path),
         "ours": ours,

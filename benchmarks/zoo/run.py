@@ -148,7 +148,7 @@ def run_model(
                         {},
                     ),
                 ),
-                ("int8_openvino", lambda: _made_for_openvino(path, calib, cli_options)),
+                ("int8_openvino", lambda: made_for_openvino(path, calib, cli_options)),
             )
         ):
             try:
@@ -240,7 +240,7 @@ def _quantize_cli(path: Path, calib: Path, options: tuple[str, ...]):
         return run, (onnx.load(out) if run.returncode == 0 else None)
 
 
-def _made_for_openvino(
+def made_for_openvino(
     path: Path, calib: Path, options: tuple[str, ...]
 ) -> tuple[onnx.ModelProto, dict]:
     """Ours as a user who serves with OpenVINO makes it (`--runtime openvino`), and what its
