@@ -134,10 +134,8 @@ def test_a_profiled_openvino_session_says_which_kernels_ran_its_int8_convs(tmp_p
     assert int8_convs == sum(1 for node in result.fp32_model.graph.node if node.op_type == "Conv")
 
 
-def test_symmetric_activations_keep_each_range_and_set_zero_points_to_zero():
-    from benchmarks.openvino_activations import symmetric_activations
-
-    scale, zero = np.float32(0.02), np.uint8(40)
+def _qdq_model(scale: np.float32, zero: np.uint8) -> onnx.ModelProto:
+    """x -> QuantizeLinear -> DequantizeLinear -> y, one uint8 activation at (scale, zero)."""
     graph = onnx.helper.make_graph(
         [
             onnx.helper.make_node("QuantizeLinear", ["x", "s", "z"], ["q"]),
@@ -148,7 +146,13 @@ def test_symmetric_activations_keep_each_range_and_set_zero_points_to_zero():
         [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [5])],
         [onnx.numpy_helper.from_array(scale, "s"), onnx.numpy_helper.from_array(zero, "z")],
     )
-    model = onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 13)])
+    return onnx.helper.make_model(graph, opset_imports=[onnx.helper.make_opsetid("", 13)])
+
+
+def test_symmetric_activations_keep_each_range_and_set_zero_points_to_zero():
+    from benchmarks.openvino_activations import symmetric_activations
+
+    model = _qdq_model(np.float32(0.02), np.uint8(40))
     x = {"x": np.array([-0.8, -0.1, 0.0, 1.0, 4.3], np.float32)}  # [-0.8, 4.3]: 40 and 215 steps
     rewritten = symmetric_activations(model)
     constants = {c.name: onnx.numpy_helper.to_array(c) for c in rewritten.graph.initializer}
@@ -158,3 +162,17 @@ def test_symmetric_activations_keep_each_range_and_set_zero_points_to_zero():
         session(rewritten).run(None, x)[0], x["x"], atol=constants["s"] / 2 + 1e-6
     )
     assert onnx.numpy_helper.to_array(model.graph.initializer[1]) == 40  # the input is unchanged
+
+
+def test_unsigned_from_zero_keeps_each_top_and_clips_the_negatives():
+    from benchmarks.openvino_activations import unsigned_from_zero
+
+    model = _qdq_model(np.float32(0.02), np.uint8(40))
+    x = {"x": np.array([-0.8, -0.1, 0.0, 1.0, 4.3], np.float32)}
+    rewritten = unsigned_from_zero(model)
+    constants = {c.name: onnx.numpy_helper.to_array(c) for c in rewritten.graph.initializer}
+    assert constants["z"] == 0 and constants["z"].dtype == np.uint8
+    expected = np.maximum(x["x"], 0)
+    np.testing.assert_allclose(
+        session(rewritten).run(None, x)[0], expected, atol=constants["s"] / 2 + 1e-6
+    )
