@@ -14,6 +14,7 @@ kernel, and the zoo's agreement with FP32 (benchmarks/zoo/yolo.py).
 
 import json
 import tempfile
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -24,7 +25,7 @@ from benchmarks.results import for_this_cpu, sized, write_results
 from benchmarks.rivals import nncf_int8
 from benchmarks.zoo import yolo
 from benchmarks.zoo.run import made_for_openvino
-from quantize.bench import compare_sessions
+from quantize.bench import compare
 from quantize.pipeline import cleaned_fp32
 from quantize.runtime import OpenVINOSession, served_sessions
 from quantize.target import host_isa
@@ -96,14 +97,13 @@ def main() -> None:
         "ours_unsigned_from_zero": unsigned_from_zero(ours),
         "nncf": nncf_int8(path, calibration),
     }
-    speed = compare_sessions(
-        models, feeds[0], THREADS, sized(8.0, 0.5), rounds=16, runtime="openvino"
-    )
+    served = {name: served_sessions(m, feeds, THREADS, "openvino") for name, m in models.items()}
+    timed = {name: partial(sessions[0].run, None, feeds[0]) for name, sessions in served.items()}
+    speed = compare(timed, len(feeds[0]["images"]), sized(8.0, 0.5), rounds=16)
     reference = [s.run(None, f) for s, f in zip(served_sessions(onnx.load(path), feeds), feeds)]
     result = {"machine": host_isa(), "threads": THREADS, "model": zoo_model.name, "models": {}}
     for name, model in models.items():
-        served = served_sessions(model, feeds, THREADS, "openvino")
-        outputs = [s.run(None, f) for s, f in zip(served, feeds)]
+        outputs = [s.run(None, f) for s, f in zip(served[name], feeds)]
         result["models"][name] = {
             "throughput": speed[name]["throughput"],
             "over_nncf": speed[name]["throughput"] / speed["nncf"]["throughput"],

@@ -158,11 +158,9 @@ class OpenVINOSession:
         times: dict[tuple[str, str], tuple[int, float]] = {}
         for counter in self._request.get_profiling_info():
             if counter.status.name == "EXECUTED":
-                count, us = times.get((counter.node_type, counter.exec_type), (0, 0.0))
-                times[(counter.node_type, counter.exec_type)] = (
-                    count + 1,
-                    us + counter.real_time.total_seconds() * 1e6,
-                )
+                key = (counter.node_type, counter.exec_type)
+                count, us = times.get(key, (0, 0.0))
+                times[key] = (count + 1, us + counter.real_time.total_seconds() * 1e6)
         return times
 
     def get_inputs(self) -> list[Port]:
