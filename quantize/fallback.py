@@ -17,7 +17,10 @@ Without a task metric, `to_fidelity_floor` scores the output SQNR on the held-ou
 the CLI's default when a model falls below the floor, so that low fidelity is fixed where a
 few nodes can fix it, not only reported. Output noise power adds up over the nodes that make
 it, so a node gains less alone than any group it is in: the floor's trials screen the nodes a
-group at a time, and try on their own only the members of a group that gains enough.
+group at a time, and try on their own only the members of a group that gains enough. Where
+errors compound, a group gains more than all its members alone: such a group is a step of its
+own, shrunk to the members the floor needs, and taken only if it costs at most GROUP_COST of
+the model's time where timing here can tell.
 """
 
 import math
@@ -27,7 +30,14 @@ from dataclasses import dataclass, field
 import onnx
 import onnx_ir as ir
 
-from quantize.pipeline import QuantizeResult, keep_fp32, qdq_model
+from quantize.pipeline import (
+    CHECK_SECONDS,
+    QuantizeResult,
+    keep_fp32,
+    latencies_ms,
+    qdq_model,
+    timed_here,
+)
 from quantize.policy import RULES
 from quantize.runtime import CompileError
 from quantize.validate import (
@@ -41,6 +51,7 @@ from quantize.validate import (
 Score = Callable[[onnx.ModelProto], float]
 TRIAL_SAMPLES = 8  # held-out samples a one-node trial of the fidelity floor is scored on
 TRIAL_GROUP = 8  # nodes the fidelity floor's trials screen together
+GROUP_COST = 0.1  # the share of time a group back in FP32 may add to the model it is taken into
 FLOOR_STEP_DB = 0.5  # what a node back in FP32 must add to the output SQNR (11 % less noise)
 REASON = "accuracy fallback"  # how a node this module sends back to FP32 is marked
 
@@ -76,30 +87,41 @@ def fall_back(
     more than `min_gain`. With `group_size` > 1, weighted nodes are first tried `group_size` at
     a time in graph order, with their input makers, and only the members of a group that gains
     more than `min_gain` are tried on their own: sound for a metric whose loss adds up over
-    nodes. With `max_nodes=0`, only the result's score: no trials."""
+    nodes. A group that gains more than `min_gain` beyond its best member is a step too, then
+    shrunk (`_shrunk`). With `max_nodes=0`, only the result's score: no trials."""
     before = score(result.model)
     if before >= target or max_nodes == 0:
         return Fallback(result, target, before, before, [])
     trial = trial_score or score
     base = before if trial_score is None else trial(result.model)
     units = _units(result)
-    gains, unit_gains = _trial_gains(result, trial, base, units, group_size, min_gain)
-    candidates = [((name,), gain, "alone") for name, gain in gains.items()]
+    gains, unit_gains, group_gains = _trial_gains(result, trial, base, units, group_size, min_gain)
+    candidates = [((name,), gain, "alone", ()) for name, gain in gains.items()]
     candidates += [
-        ((name, *units[name]), gain, f"with {', '.join(units[name])} (which make its input)")
+        ((name, *units[name]), gain, f"with {', '.join(units[name])} (which make its input)", ())
         for name, gain in unit_gains.items()
         if gain > gains[name] + min_gain
     ]
+    candidates += [
+        (
+            tuple(n for name in group for n in (name, *units[name])),
+            gain,
+            f"with the {len(group)} weighted nodes to {group[-1]}, screened together",
+            group,
+        )
+        for group, gain in group_gains.items()
+        if gain > max(max(gains[n], unit_gains.get(n, gains[n])) for n in group) + min_gain
+    ]
     queue = [
-        (nodes, f"{nodes[0]} in FP32 {how} raised the score by {gain:.4g}", True)
-        for nodes, gain, how in sorted(candidates, key=lambda c: c[1], reverse=True)
+        (nodes, f"{nodes[0]} in FP32 {how} raised the score by {gain:.4g}", True, group)
+        for nodes, gain, how, group in sorted(candidates, key=lambda c: c[1], reverse=True)
         if gain > 0
     ]
     weighted = [node for node in result.calibration.graph.graph if node.name in units]
     chosen: dict[str, str] = {}
     after, best, steps = before, result, 0
     while queue and steps < max_nodes and after < target:
-        nodes, why, ranked = queue.pop(0)
+        nodes, why, ranked, group = queue.pop(0)
         if set(nodes) <= set(chosen):
             continue
         tried = {**chosen, **dict.fromkeys(nodes, f"{REASON}: {why}")}
@@ -109,11 +131,56 @@ def fall_back(
             if ranked:  # the ranked steps after it gained less alone
                 break
             continue
+        if group:
+            floor = min(step_score - min_gain / 2, target)
+            shrunk = _shrunk(result, score, (tried, step, step_score), group, units, gains, floor)
+            if not _affordable(best, shrunk[1]):
+                continue
+            tried, step, step_score = shrunk
         chosen, best, after, steps = tried, step, step_score, steps + 1
         feeders = [n.name for n in weighted if n.name not in chosen and _read_only_by(n, chosen)]
         if feeders:
-            queue.insert(0, (tuple(feeders), "every node reading its output is in FP32", False))
+            queue.insert(0, (tuple(feeders), "every node reading its output is in FP32", False, ()))
     return Fallback(best, target, before, after, list(chosen), gains, unit_gains)
+
+
+def _affordable(before: QuantizeResult, after: QuantizeResult) -> bool:
+    """Does `after` take at most GROUP_COST more time a served batch than `before`, timed as the
+    speed check times? A group can hold a model's widest layers: a 640x640 text detector's stem
+    in FP32 lifted its output SQNR to the floor for a fifth of its INT8 speed, when its text map
+    already met its task's target. Where the model is not timed here, fidelity decides alone."""
+    if not timed_here(before.recipe):
+        return True
+    ms = latencies_ms(before, {"before": before.model, "after": after.model}, CHECK_SECONDS)
+    return ms["after"] <= ms["before"] * (1 + GROUP_COST)
+
+
+def _shrunk(
+    result: QuantizeResult,
+    score: Score,
+    reached: tuple[dict[str, str], QuantizeResult, float],
+    group: tuple[str, ...],
+    units: dict[str, list[str]],
+    gains: dict[str, float],
+    floor: float,
+) -> tuple[dict[str, str], QuantizeResult, float]:
+    """`reached` (the FP32 nodes, the result and its score with a whole group in FP32) with each
+    member of `group`, with its input makers, back in INT8 where the score stays at or above
+    `floor`: the members tried in the order of what they gained alone, least first. A group
+    gains where its members' errors compound (YOLOv8n's first three Convs in FP32 together lift
+    its output SQNR by several dB, each alone by less than the floor's step), but not every
+    member need be FP32 for that."""
+    chosen, best, after = reached
+    for member in sorted(group, key=gains.__getitem__):
+        tried = {k: v for k, v in chosen.items() if k not in (member, *units[member])}
+        try:
+            step = keep_fp32(result, tried)
+        except CompileError:  # as a trial can be: the group without it is no way to the floor
+            continue
+        step_score = score(step.model)
+        if step_score >= floor:
+            chosen, best, after = tried, step, step_score
+    return chosen, best, after
 
 
 def _read_only_by(node: ir.Node, names: Collection[str]) -> bool:
@@ -160,27 +227,33 @@ def _trial_gains(
     units: dict[str, list[str]],
     group_size: int,
     min_gain: float,
-) -> tuple[dict[str, float], dict[str, float]]:
+) -> tuple[dict[str, float], dict[str, float], dict[tuple[str, ...], float]]:
     """The trial score minus `base` of each weighted node alone in FP32, and with its input
     makers, for the nodes of the groups that gain more than `min_gain` together (each with its
-    makers; a group of one is its own trial)."""
+    makers; a group of one is its own trial); and those groups' own gains."""
     nodes = list(units)
     groups = [nodes[i : i + group_size] for i in range(0, len(nodes), group_size)]
 
     def together(group: list[str]) -> set[str]:
         return {n for name in group for n in (name, *units[name])}
 
+    group_gains = {
+        tuple(group): trial(qdq_model(result, together(group))) - base
+        for group in groups
+        if len(group) > 1
+    }
     screened = [
         name
         for group in groups
-        if len(group) == 1 or trial(qdq_model(result, together(group))) - base > min_gain
+        if group_gains.get(tuple(group), math.inf) > min_gain
         for name in group
     ]
     alone = {name: trial(qdq_model(result, {name})) - base for name in screened}
     with_makers = {
         name: trial(qdq_model(result, together([name]))) - base for name in screened if units[name]
     }
-    return alone, with_makers
+    gaining = {group: gain for group, gain in group_gains.items() if gain > min_gain}
+    return alone, with_makers, gaining
 
 
 def to_fidelity_floor(result: QuantizeResult, max_nodes: int = 8) -> Fallback:

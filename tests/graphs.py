@@ -224,6 +224,30 @@ def cube_mlp() -> onnx.ModelProto:
     return _mlp(nodes, "cube", up, down)
 
 
+def chain_mlp(layers: int = 4) -> onnx.ModelProto:
+    """x -> layer0 -> ... -> y: MatMuls of ordinary weights, each adding a like share of the
+    output's noise, so that no one of them in FP32 removes much of it."""
+    rng = np.random.default_rng(0)
+    nodes, weights, x = [], [], "x"
+    for i in range(layers):
+        y = "y" if i == layers - 1 else f"h{i}"
+        nodes.append(helper.make_node("MatMul", [x, f"w{i}"], [y], name=f"layer{i}"))
+        weights.append(
+            numpy_helper.from_array(rng.normal(0, 0.25, (16, 16)).astype(np.float32), f"w{i}")
+        )
+        x = y
+    graph = helper.make_graph(
+        nodes,
+        "chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 16])],
+        weights,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
 def run(model, x):
     proto = model if isinstance(model, onnx.ModelProto) else ir.serde.serialize_model(model)
     return session(proto).run(None, {"x": x})[0]

@@ -4,10 +4,10 @@ import math
 import numpy as np
 import onnx
 import pytest
-from graphs import cube_mlp, outlier_mlp
+from graphs import chain_mlp, cube_mlp, outlier_mlp
 
 from quantize import Recipe, cli, quantize
-from quantize.fallback import OUTPUT_FLOOR_DB, fall_back, to_fidelity_floor
+from quantize.fallback import GROUP_COST, OUTPUT_FLOOR_DB, fall_back, to_fidelity_floor
 from quantize.pipeline import qdq_model
 from quantize.runtime import CompileError, runtime_session, session
 from quantize.validate import sqnr_db
@@ -202,6 +202,41 @@ def test_screening_in_groups_tries_alone_only_the_members_of_a_group_that_gains(
     assert found.fp32_nodes == [] and found.trial_gains == {} and found.result is result
 
 
+def test_a_group_whose_members_gain_little_alone_goes_back_shrunk_to_what_the_target_needs(
+    tmp_path,
+):
+    result, score = _setup(tmp_path, chain_mlp)
+    target = score(result.model) + 3
+    alone = fall_back(result, score, target, min_gain=2.5)
+    assert max(alone.trial_gains.values()) < 2.5 and alone.fp32_nodes == [] and not alone.met
+
+    found = fall_back(result, score, target, min_gain=2.5, group_size=4)
+    assert found.met and 0 < len(found.fp32_nodes) < 4  # the group, then shrunk
+    decisions = {d.name: d for d in found.result.decisions}
+    assert all("screened together" in decisions[n].reason for n in found.fp32_nodes)
+    assert {n for n, d in decisions.items() if d.precision == "int8"} == {
+        f"layer{i}" for i in range(4)
+    } - set(found.fp32_nodes)
+
+
+@pytest.mark.parametrize("cost, taken", [(GROUP_COST / 2, True), (GROUP_COST * 2, False)])
+def test_a_group_is_taken_only_if_timing_here_shows_it_costing_at_most_group_cost(
+    tmp_path, monkeypatch, cost, taken
+):
+    result, score = _setup(tmp_path, chain_mlp)
+    monkeypatch.setattr("quantize.fallback.timed_here", lambda recipe: True)
+    timings = []
+
+    def latencies_ms(result, models, seconds):
+        timings.append(list(models))
+        return {"before": 10.0, "after": 10.0 * (1 + cost)}
+
+    monkeypatch.setattr("quantize.fallback.latencies_ms", latencies_ms)
+    found = fall_back(result, score, score(result.model) + 3, min_gain=2.5, group_size=4)
+    assert timings == [["before", "after"]]
+    assert found.met is taken and bool(found.fp32_nodes) is taken
+
+
 def test_a_trial_the_runtime_cannot_compile_is_never_taken(tmp_path, monkeypatch):
     result, _ = _setup(tmp_path)
     assert min(result.output_sqnr_db.values()) < OUTPUT_FLOOR_DB  # the floor's fallback runs
@@ -214,5 +249,13 @@ def test_a_trial_the_runtime_cannot_compile_is_never_taken(tmp_path, monkeypatch
         return runtime_session(model, threads, runtime, shapes=shapes)
 
     monkeypatch.setattr("quantize.runtime.runtime_session", no_fp32_down)
+    monkeypatch.setattr("quantize.fallback.TRIAL_GROUP", 1)
     found = to_fidelity_floor(result)
     assert found.trial_gains["down"] == -math.inf and "down" not in found.fp32_nodes
+
+    monkeypatch.undo()
+    monkeypatch.setattr("quantize.runtime.runtime_session", no_fp32_down)
+    found = to_fidelity_floor(result)  # "up" and "down" screened together: the group compiles
+    assert found.trial_gains["down"] == -math.inf and found.fp32_nodes == ["up", "down"]
+    # shrunk, it would be "down" alone in FP32, which does not compile: it stays whole
+    assert all("screened together" in d.reason for d in found.result.decisions)
