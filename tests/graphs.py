@@ -193,17 +193,17 @@ def outlier_mlp() -> onnx.ModelProto:
         helper.make_node("MatMul", ["x", "w_up"], ["h"], name="up"),
         helper.make_node("MatMul", ["h", "w_down"], ["y"], name="down"),
     ]
-    return _mlp(nodes, "two", up, down)
+    return _mlp(nodes, "two", w_up=up, w_down=down)
 
 
-def _mlp(nodes: list, name: str, up: np.ndarray, down: np.ndarray) -> onnx.ModelProto:
-    """x(N,16) -> `nodes` -> y(N,16), with weights w_up and w_down."""
+def _mlp(nodes: list, name: str, **weights: np.ndarray) -> onnx.ModelProto:
+    """x(N,16) -> `nodes` -> y(N,16), with the initializers `weights` (name -> array)."""
     graph = helper.make_graph(
         nodes,
         name,
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 16])],
-        [numpy_helper.from_array(up, "w_up"), numpy_helper.from_array(down, "w_down")],
+        [numpy_helper.from_array(w, n) for n, w in weights.items()],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
@@ -221,31 +221,20 @@ def cube_mlp() -> onnx.ModelProto:
         helper.make_node("MatMul", ["cube", "w_down"], ["y"], name="down"),
     ]
     up, down = (rng.normal(0, 0.3, (16, 16)).astype(np.float32) for _ in range(2))
-    return _mlp(nodes, "cube", up, down)
+    return _mlp(nodes, "cube", w_up=up, w_down=down)
 
 
 def chain_mlp(layers: int = 4) -> onnx.ModelProto:
     """x -> layer0 -> ... -> y: MatMuls of ordinary weights, each adding a like share of the
     output's noise, so that no one of them in FP32 removes much of it."""
     rng = np.random.default_rng(0)
-    nodes, weights, x = [], [], "x"
-    for i in range(layers):
-        y = "y" if i == layers - 1 else f"h{i}"
-        nodes.append(helper.make_node("MatMul", [x, f"w{i}"], [y], name=f"layer{i}"))
-        weights.append(
-            numpy_helper.from_array(rng.normal(0, 0.25, (16, 16)).astype(np.float32), f"w{i}")
-        )
-        x = y
-    graph = helper.make_graph(
-        nodes,
-        "chain",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 16])],
-        weights,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    return model
+    names = ["x", *(f"h{i}" for i in range(layers - 1)), "y"]
+    nodes = [
+        helper.make_node("MatMul", [names[i], f"w{i}"], [names[i + 1]], name=f"layer{i}")
+        for i in range(layers)
+    ]
+    weights = {f"w{i}": rng.normal(0, 0.25, (16, 16)).astype(np.float32) for i in range(layers)}
+    return _mlp(nodes, "chain", **weights)
 
 
 def run(model, x):
