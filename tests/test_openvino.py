@@ -134,6 +134,29 @@ def test_a_profiled_openvino_session_says_which_kernels_ran_its_int8_convs(tmp_p
     assert int8_convs == sum(1 for node in result.fp32_model.graph.node if node.op_type == "Conv")
 
 
+def test_a_model_made_for_openvino_reads_its_convs_inputs_from_zero_and_runs_them_in_int8(
+    tmp_path,
+):
+    """The first Conv reads the signed input x at a zero point: made for OpenVINO, it reads it
+    from zero (its bias and padding hold the rest), which OpenVINO runs as it runs ONNX
+    Runtime's form, in INT8."""
+    onnx.save(conv_net(channels=16), str(tmp_path / "net.onnx"))
+    np.save(tmp_path / "x.npy", images(64))
+    recipe = Recipe(runtime="openvino", kernel_timing=False)
+    result = quantize(tmp_path / "net.onnx", tmp_path / "x.npy", recipe)
+    producers = {out: node for node in result.model.graph.node for out in node.output}
+    constants = {c.name: onnx.numpy_helper.to_array(c) for c in result.model.graph.initializer}
+    convs = [node for node in result.model.graph.node if node.op_type == "Conv"]
+    assert all(constants[producers[conv.input[0]].input[2]] == 0 for conv in convs)
+    assert "Pad" in {node.op_type for node in result.model.graph.node}
+    feeds = result.held_out[0]
+    profiled = OpenVINOSession(result.model, 1, {"x": feeds["x"].shape}, profile=True)
+    in_openvino = profiled.run(None, feeds)[0]
+    kernels = [k for (op, k), _ in profiled.kernel_times().items() if op == "Convolution"]
+    assert kernels and all(kernel.lower().endswith("i8") for kernel in kernels)
+    assert sqnr_db(session(result.model).run(None, feeds)[0], in_openvino) > 30
+
+
 def _qdq_model(scale: np.float32, zero: np.uint8) -> onnx.ModelProto:
     """x -> QuantizeLinear -> DequantizeLinear -> y, one uint8 activation at (scale, zero)."""
     graph = onnx.helper.make_graph(
@@ -164,15 +187,21 @@ def test_symmetric_activations_keep_each_range_and_set_zero_points_to_zero():
     assert onnx.numpy_helper.to_array(model.graph.initializer[1]) == 40  # the input is unchanged
 
 
-def test_unsigned_from_zero_keeps_each_top_and_clips_the_negatives():
-    from benchmarks.openvino_activations import unsigned_from_zero
+def test_zero_points_in_convs_undoes_the_move_into_bias_and_padding(tmp_path):
+    from benchmarks.openvino_activations import zero_points_in_convs
 
-    model = _qdq_model(np.float32(0.02), np.uint8(40))
-    x = {"x": np.array([-0.8, -0.1, 0.0, 1.0, 4.3], np.float32)}
-    rewritten = unsigned_from_zero(model)
-    constants = {c.name: onnx.numpy_helper.to_array(c) for c in rewritten.graph.initializer}
-    assert constants["z"] == 0 and constants["z"].dtype == np.uint8
-    expected = np.maximum(x["x"], 0)
-    np.testing.assert_allclose(
-        session(rewritten).run(None, x)[0], expected, atol=constants["s"] / 2 + 1e-6
-    )
+    onnx.save(conv_net(channels=16), str(tmp_path / "net.onnx"))
+    np.save(tmp_path / "x.npy", images(64))
+    recipe = Recipe(runtime="openvino", kernel_timing=False)
+    model = quantize(tmp_path / "net.onnx", tmp_path / "x.npy", recipe).model
+    restored = zero_points_in_convs(model)
+    nodes = {node.name: node for node in restored.graph.node}
+    constants = {c.name: onnx.numpy_helper.to_array(c) for c in restored.graph.initializer}
+    producers = {out: node for node in restored.graph.node for out in node.output}
+    assert "Pad" not in {node.op_type for node in restored.graph.node}
+    assert constants[producers[nodes["conv1"].input[0]].input[2]] != 0
+    pads = next(a for a in nodes["conv1"].attribute if a.name == "pads")
+    assert list(pads.ints) == [1, 1, 1, 1]
+    x = {"x": images(8)}
+    moved, kept = session(model).run(None, x)[0], session(restored).run(None, x)[0]
+    assert np.abs(moved - kept).max() < 1e-4 * np.abs(moved).max()

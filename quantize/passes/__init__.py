@@ -13,7 +13,8 @@ lower_to_qdq(model, p)  carry out a QuantPlan: absorb Relus, Divs by constants a
                         chosen Conv outputs, and for ONNX Runtime, a nearest upsampling by whole
                         factors and a per-channel gate's broadcast as copies on NHWC data, a
                         float-output INT8 MatMul's bias Add into its integer kernel, and on AMX
-                        large Convs' weights stored for ORT's GEMM path (AMX tiles)
+                        large Convs' weights stored for ORT's GEMM path (AMX tiles); for
+                        OpenVINO, Convs' input zero points into their biases and padding
 """
 
 import onnx_ir as ir
@@ -47,6 +48,7 @@ from quantize.passes.smooth_activations import SmoothActivationsPass
 from quantize.passes.split_before_transpose import SplitBeforeTransposePass
 from quantize.passes.upsample_as_copy import UpsampleAsCopyPass
 from quantize.passes.widen_output import WidenOutputPass
+from quantize.passes.zero_point_into_bias import ZeroPointIntoBiasPass
 from quantize.plan import QuantPlan
 
 __all__ = [
@@ -78,6 +80,7 @@ __all__ = [
     "SplitBeforeTransposePass",
     "UpsampleAsCopyPass",
     "WidenOutputPass",
+    "ZeroPointIntoBiasPass",
     "cleanup",
     "lower_to_qdq",
 ]
@@ -145,7 +148,7 @@ def lower_to_qdq(model: ir.Model, plan: QuantPlan, checked: bool = True) -> ir.M
                     AmxConvWeightsPass(plan),
                 ]
                 if plan.runtime == "onnxruntime"
-                else []
+                else [ZeroPointIntoBiasPass()]
             ),
             common.RemoveUnusedNodesPass(),
             common.TopologicalSortPass(),

@@ -56,6 +56,59 @@ def replace_nodes(graph: ir.Graph, old: list[ir.Node], new: ir.Node) -> None:
     graph.remove(old, safe=True)
 
 
+def per_tensor_dequantizer(value: ir.Value | None) -> ir.Node | None:
+    """The DequantizeLinear that makes `value`, if it has one constant scale and zero point."""
+    dq = value.producer() if value is not None else None
+    if dq is None or dq.op_type != "DequantizeLinear" or len(dq.inputs) != 3:
+        return None
+    if any(v.const_value is None or v.const_value.size != 1 for v in dq.inputs[1:]):
+        return None
+    return dq
+
+
+def integer_weights_and_bias(conv: ir.Node) -> bool:
+    """Does `conv` read dequantized constant weights and a dequantized constant bias?"""
+    return len(conv.inputs) == 3 and all(_dequantized_constant(v) for v in conv.inputs[1:])
+
+
+def integer_weights(conv: ir.Node) -> bool:
+    """Does `conv` read dequantized constant weights?"""
+    return len(conv.inputs) > 1 and _dequantized_constant(conv.inputs[1])
+
+
+def _dequantized_constant(value: ir.Value | None) -> bool:
+    producer = value.producer() if value is not None else None
+    return (
+        producer is not None
+        and producer.op_type == "DequantizeLinear"
+        and producer.inputs[0].const_value is not None
+    )
+
+
+def weight_sums(conv: ir.Node) -> np.ndarray:
+    """The sum of `conv`'s dequantized weights per output channel (it has `integer_weights`)."""
+    q, scale, zero_point = (v.const_value.numpy() for v in conv.inputs[1].producer().inputs)
+    per_channel = (-1, *[1] * (q.ndim - 1))
+    dequantized = (q.astype(np.float64) - zero_point.reshape(per_channel)) * scale.reshape(
+        per_channel
+    )
+    return dequantized.sum(axis=tuple(range(1, q.ndim)))
+
+
+def raised_bias(conv: ir.Node, amount: float) -> np.ndarray:
+    """The int32 bias of `conv` (which has `integer_weights_and_bias`), as int64, raised by
+    `amount` * sum(W) per output channel: its output as if every input element were `amount`
+    higher."""
+    q_bias, scale = (v.const_value.numpy() for v in conv.inputs[2].producer().inputs[:2])
+    raise_by = np.round(amount * weight_sums(conv) / scale.astype(np.float64))
+    return q_bias.astype(np.int64) + raise_by.astype(np.int64)
+
+
+def set_bias(graph: ir.Graph, conv: ir.Node, q_bias: np.ndarray, name: str) -> None:
+    """`conv`'s int32 bias made `q_bias` (at its scale), as a new initializer `name`."""
+    conv.inputs[2].producer().replace_input_with(0, add_initializer(graph, name, q_bias))
+
+
 class NodeChain:
     """New nodes and constants, named after the node they stand for, collected in order."""
 

@@ -13,7 +13,13 @@ into their biases as d * sum(W): exact but at the padded border."""
 import numpy as np
 import onnx_ir as ir
 
-from quantize.passes.rewrite import add_initializer
+from quantize.passes.rewrite import (
+    add_initializer,
+    integer_weights_and_bias,
+    per_tensor_dequantizer,
+    raised_bias,
+    set_bias,
+)
 from quantize.plan import QuantPlan
 from quantize.qparams import QMAX_U8, QMIN_U8
 
@@ -43,7 +49,7 @@ class ShiftIntoZeroPointPass(ir.passes.InPlacePass):
         """(y's QuantizeLinear, the Convs' DequantizeLinears, the Convs, c) for an Add y + c."""
         if add.op_type != "Add" or add.name not in self.plan.nodes or len(add.inputs) != 2:
             return None
-        dequantizers = [_per_tensor_dequantizer(value) for value in add.inputs]
+        dequantizers = [per_tensor_dequantizer(value) for value in add.inputs]
         if None in dequantizers:
             return None
         constants = [dq for dq in dequantizers if dq.inputs[0].const_value is not None]
@@ -64,15 +70,6 @@ class ShiftIntoZeroPointPass(ir.passes.InPlacePass):
         if readers is None or any(conv.name in self.plan.residual for conv in readers[1]):
             return None
         return quantize_y, *readers, _dequantized_constant(constants[0])
-
-
-def _per_tensor_dequantizer(value: ir.Value | None) -> ir.Node | None:
-    dq = value.producer() if value is not None else None
-    if dq is None or dq.op_type != "DequantizeLinear" or len(dq.inputs) != 3:
-        return None
-    if any(v.const_value is None or v.const_value.size != 1 for v in dq.inputs[1:]):
-        return None
-    return dq
 
 
 def _producer_name(value: ir.Value) -> str | None:
@@ -104,18 +101,10 @@ def _quantized_conv_readers(value: ir.Value) -> tuple[list[ir.Node], list[ir.Nod
         if dq.outputs[0].is_graph_output():
             return None
         for user, index in dq.outputs[0].uses():
-            if user.op_type != "Conv" or index != 0 or not _integer_weights_and_bias(user):
+            if user.op_type != "Conv" or index != 0 or not integer_weights_and_bias(user):
                 return None
             convs.append(user)
     return (dequantizers, convs) if convs else None
-
-
-def _integer_weights_and_bias(conv: ir.Node) -> bool:
-    producers = [v.producer() if v is not None else None for v in conv.inputs[1:3]]
-    return len(producers) == 2 and all(
-        p is not None and p.op_type == "DequantizeLinear" and p.inputs[0].const_value is not None
-        for p in producers
-    )
 
 
 def _rewrite(graph, quantize_y, dequantizers, convs, shift) -> None:
@@ -136,22 +125,8 @@ def _rewrite(graph, quantize_y, dequantizers, convs, shift) -> None:
 
 
 def _raise_bias(graph: ir.Graph, conv: ir.Node, amount: float) -> None:
-    """Adds `amount` * sum(W) per output channel to the Conv's int32 bias: its output as if
-    every input element were `amount` higher (so, as if the shift were not rounded)."""
-    weights = conv.inputs[1].producer()
-    q, w_scale, w_zero_point = (v.const_value.numpy() for v in weights.inputs)
-    per_channel = (-1, *[1] * (q.ndim - 1))
-    dequantized = (q.astype(np.float64) - w_zero_point.reshape(per_channel)) * w_scale.reshape(
-        per_channel
-    )
-    sums = dequantized.sum(axis=tuple(range(1, q.ndim)))
-    bias = conv.inputs[2].producer()
-    q_bias, b_scale = (v.const_value.numpy() for v in bias.inputs[:2])
-    raised = q_bias.astype(np.int64) + np.round(amount * sums / b_scale.astype(np.float64))
+    """Raises the Conv's int32 bias as if every input element were `amount` higher (so, as if
+    the shift were not rounded)."""
     limit = np.iinfo(np.int32).max
-    bias.replace_input_with(
-        0,
-        add_initializer(
-            graph, f"{conv.name}_bias_shifted", np.clip(raised, -limit, limit).astype(np.int32)
-        ),
-    )
+    raised = np.clip(raised_bias(conv, amount), -limit, limit).astype(np.int32)
+    set_bias(graph, conv, raised, f"{conv.name}_bias_shifted")

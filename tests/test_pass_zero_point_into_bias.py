@@ -1,0 +1,82 @@
+"""`ZeroPointIntoBiasPass`: for OpenVINO, a Conv reads its uint8 input from zero, padded with
+the zero point, its bias taking the rest; the model computes what it did."""
+
+import numpy as np
+import onnx_ir as ir
+from graphs import image_model, images, mixed_ops_net, plan_for, run
+from onnx import helper, numpy_helper
+from onnx_ir.passes import common
+
+from quantize import passes
+from quantize.passes.rewrite import raised_bias
+
+
+def _lowered(model: ir.Model, move: bool) -> ir.Model:
+    plan = plan_for(model, {n.name for n in model.graph})
+    chain = [passes.InsertQDQPass(plan)]
+    if move:
+        chain.append(passes.ZeroPointIntoBiasPass())
+    chain += [common.RemoveUnusedNodesPass(), common.TopologicalSortPass(), common.CheckerPass()]
+    return ir.passes.PassManager(chain)(model.clone()).model
+
+
+def _input_zero_point(conv: ir.Node) -> int:
+    return int(conv.inputs[0].producer().inputs[2].const_value.numpy())
+
+
+def _convs(model: ir.Model) -> dict[str, ir.Node]:
+    return {n.name: n for n in model.graph if n.op_type == "Conv"}
+
+
+def test_convs_read_their_input_from_zero_padded_with_the_zero_point_and_compute_the_same():
+    model = passes.cleanup(ir.serde.deserialize_model(mixed_ops_net()))
+    kept, moved = _lowered(model, move=False), _lowered(model, move=True)
+    signed = [name for name, conv in _convs(kept).items() if _input_zero_point(conv) != 0]
+    # x, the upsampled Convs' outputs, and a SiLU's small negatives: all read at a zero point
+    assert set(signed) == {"conv_a", "conv_b", "conv_c", "conv_out"}
+    convs = _convs(moved)
+    assert all(_input_zero_point(conv) == 0 for conv in convs.values())
+    padded = {
+        conv.name
+        for conv in convs.values()
+        if conv.inputs[0].producer().inputs[0].producer().op_type == "Pad"
+    }
+    assert padded == {"conv_a", "conv_b", "conv_c"}  # conv_out is 1x1, unpadded
+    assert all(
+        not any(conv.attributes["pads"].value) for conv in convs.values() if conv.name in padded
+    )
+    x = images(8)
+    reference = run(kept, x)
+    # the same integers; only float rounding of the scaled sums may differ
+    assert np.abs(run(moved, x) - reference).max() < 1e-4 * np.abs(reference).max()
+
+
+def _one_conv(**attributes) -> ir.Model:
+    weights = np.random.default_rng(0).normal(0, 0.3, (4, 3, 3, 3)).astype(np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w", "b"], ["y"], name="conv", **attributes)]
+    inits = [
+        numpy_helper.from_array(weights, "w"),
+        numpy_helper.from_array(np.zeros(4, np.float32), "b"),
+    ]
+    return passes.cleanup(ir.serde.deserialize_model(image_model(nodes, inits, "one", 4)))
+
+
+def test_a_conv_with_auto_pad_keeps_its_zero_point():
+    moved = _lowered(_one_conv(auto_pad="SAME_UPPER"), move=True)
+    assert _input_zero_point(_convs(moved)["conv"]) != 0
+    assert "Pad" not in [n.op_type for n in moved.graph]
+
+
+def test_a_conv_whose_bias_would_leave_int32_keeps_its_zero_point():
+    model = _lowered(_one_conv(pads=[1, 1, 1, 1]), move=False)
+    conv = _convs(model)["conv"]
+    scale, zero_point = (v.const_value.numpy() for v in conv.inputs[0].producer().inputs[1:])
+    bias = conv.inputs[2].producer()
+    lowering = (
+        raised_bias(conv, -float(scale) * int(zero_point)) - bias.inputs[0].const_value.numpy()
+    )
+    limit = np.iinfo(np.int32).max
+    edge = np.where(lowering > 0, limit - 1, -limit + 1).astype(np.int32)  # one step from the edge
+    bias.inputs[0].const_value = ir.Tensor(edge, name=bias.inputs[0].name)
+    moved = passes.ZeroPointIntoBiasPass()(model).model
+    assert _input_zero_point(_convs(moved)["conv"]) == int(zero_point) != 0
