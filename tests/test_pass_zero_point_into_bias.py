@@ -4,15 +4,15 @@ the zero point, its bias taking the rest; the model computes what it did."""
 import numpy as np
 import onnx_ir as ir
 from graphs import image_model, images, mixed_ops_net, plan_for, run
-from onnx import helper, numpy_helper
+from onnx import TensorProto, helper, numpy_helper
 from onnx_ir.passes import common
 
 from quantize import passes
 from quantize.passes.rewrite import raised_bias
 
 
-def _lowered(model: ir.Model, move: bool) -> ir.Model:
-    plan = plan_for(model, {n.name for n in model.graph})
+def _lowered(model: ir.Model, move: bool, nodes: set[str] | None = None) -> ir.Model:
+    plan = plan_for(model, nodes or {n.name for n in model.graph})
     chain = [passes.InsertQDQPass(plan)]
     if move:
         chain.append(passes.ZeroPointIntoBiasPass())
@@ -80,3 +80,39 @@ def test_a_conv_whose_bias_would_leave_int32_keeps_its_zero_point():
     bias.inputs[0].const_value = ir.Tensor(edge, name=bias.inputs[0].name)
     moved = passes.ZeroPointIntoBiasPass()(model).model
     assert _input_zero_point(_convs(moved)["conv"]) == int(zero_point) != 0
+
+
+def _matmul(bias: bool) -> ir.Model:
+    """x(N,3,16,16) @ W(16,8) [+ b] -> y: a MatMul that the clean-up leaves a MatMul."""
+    rng = np.random.default_rng(0)
+    nodes = [helper.make_node("MatMul", ["x", "w"], ["p" if bias else "y"], name="matmul")]
+    inits = [numpy_helper.from_array(rng.normal(0, 0.3, (16, 8)).astype(np.float32), "w")]
+    if bias:
+        nodes.append(helper.make_node("Add", ["p", "b"], ["y"], name="bias"))
+        inits.append(numpy_helper.from_array(rng.normal(0, 0.1, 8).astype(np.float32), "b"))
+    graph = helper.make_graph(
+        nodes,
+        "matmul",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3, 16, 8])],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return ir.serde.deserialize_model(model)
+
+
+def test_a_matmul_reads_its_input_from_zero_and_its_bias_add_takes_the_rest():
+    model = _matmul(bias=True)  # the Add FP32: the MatMul's float output is read by it alone
+    kept, moved = (_lowered(model, move, {"matmul"}) for move in (False, True))
+    (matmul,) = [n for n in moved.graph if n.op_type == "MatMul"]
+    assert _input_zero_point([n for n in kept.graph if n.op_type == "MatMul"][0]) != 0
+    assert _input_zero_point(matmul) == 0
+    x = images(8)
+    reference = run(kept, x)
+    assert np.abs(run(moved, x) - reference).max() < 1e-4 * np.abs(reference).max()
+
+
+def test_a_matmul_without_a_bias_add_keeps_its_zero_point():
+    moved = _lowered(_matmul(bias=False), move=True)
+    (matmul,) = [n for n in moved.graph if n.op_type == "MatMul"]
+    assert _input_zero_point(matmul) != 0

@@ -14,7 +14,7 @@ lower_to_qdq(model, p)  carry out a QuantPlan: absorb Relus, Divs by constants a
                         factors and a per-channel gate's broadcast as copies on NHWC data, a
                         float-output INT8 MatMul's bias Add into its integer kernel, and on AMX
                         large Convs' weights stored for ORT's GEMM path (AMX tiles); for
-                        OpenVINO, Convs' input zero points into their biases and padding
+                        OpenVINO, Convs' and MatMuls' input zero points into their biases
 """
 
 import onnx_ir as ir
