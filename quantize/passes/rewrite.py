@@ -68,15 +68,15 @@ def per_tensor_dequantizer(value: ir.Value | None) -> ir.Node | None:
 
 def integer_weights_and_bias(conv: ir.Node) -> bool:
     """Does `conv` read dequantized constant weights and a dequantized constant bias?"""
-    return len(conv.inputs) == 3 and all(_dequantized_constant(v) for v in conv.inputs[1:])
+    return len(conv.inputs) == 3 and all(_reads_dequantized_constant(v) for v in conv.inputs[1:])
 
 
 def integer_weights(conv: ir.Node) -> bool:
     """Does `conv` read dequantized constant weights?"""
-    return len(conv.inputs) > 1 and _dequantized_constant(conv.inputs[1])
+    return len(conv.inputs) > 1 and _reads_dequantized_constant(conv.inputs[1])
 
 
-def _dequantized_constant(value: ir.Value | None) -> bool:
+def _reads_dequantized_constant(value: ir.Value | None) -> bool:
     producer = value.producer() if value is not None else None
     return (
         producer is not None
@@ -85,14 +85,22 @@ def _dequantized_constant(value: ir.Value | None) -> bool:
     )
 
 
+def dequantized(dequantize: ir.Node) -> np.ndarray:
+    """What a DequantizeLinear of constants yields, in float64: per tensor, or per slice along
+    its axis."""
+    q, scale, *zero_point = (v.const_value.numpy() for v in dequantize.inputs)
+    axis = dequantize.attributes["axis"].value if "axis" in dequantize.attributes else 1
+    shape = [1] * q.ndim
+    if scale.size > 1:
+        shape[axis] = -1
+    zero = zero_point[0].reshape(shape) if zero_point else 0
+    return (q.astype(np.float64) - zero) * scale.reshape(shape)
+
+
 def weight_sums(conv: ir.Node) -> np.ndarray:
     """The sum of `conv`'s dequantized weights per output channel (it has `integer_weights`)."""
-    q, scale, zero_point = (v.const_value.numpy() for v in conv.inputs[1].producer().inputs)
-    per_channel = (-1, *[1] * (q.ndim - 1))
-    dequantized = (q.astype(np.float64) - zero_point.reshape(per_channel)) * scale.reshape(
-        per_channel
-    )
-    return dequantized.sum(axis=tuple(range(1, q.ndim)))
+    weights = dequantized(conv.inputs[1].producer())
+    return weights.sum(axis=tuple(range(1, weights.ndim)))
 
 
 def raised_bias(conv: ir.Node, amount: float) -> np.ndarray:

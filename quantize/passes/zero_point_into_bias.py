@@ -21,6 +21,7 @@ import onnx_ir as ir
 
 from quantize.passes.rewrite import (
     NodeChain,
+    dequantized,
     int_list,
     integer_weights,
     integer_weights_and_bias,
@@ -118,17 +119,13 @@ def _shifted_input(node: ir.Node) -> ir.Node | None:
 
 
 def _constant_matrix(value: ir.Value) -> np.ndarray | None:
-    """The dequantized constant 2-D weights behind `value`, per column or per tensor."""
+    """The dequantized constant 2-D weights behind `value`, if they are."""
     dequantize = value.producer()
-    if dequantize is None or dequantize.op_type != "DequantizeLinear" or len(dequantize.inputs) < 3:
+    if dequantize is None or dequantize.op_type != "DequantizeLinear":
         return None
-    q, scale, zero_point = (v.const_value for v in dequantize.inputs)
-    if q is None or scale is None or zero_point is None or q.numpy().ndim != 2:
+    if any(v is None or v.const_value is None for v in dequantize.inputs):
         return None
-    axis = dequantize.attributes["axis"].value if "axis" in dequantize.attributes else 1
-    if scale.numpy().size > 1 and axis not in (1, -1):
-        return None
-    return (q.numpy().astype(np.float64) - zero_point.numpy()) * scale.numpy()
+    return dequantized(dequantize) if dequantize.inputs[0].const_value.numpy().ndim == 2 else None
 
 
 def _from_zero(chain: NodeChain, like: ir.Value, quantized: ir.Value, scale: ir.Value) -> ir.Value:
