@@ -9,8 +9,8 @@ padding, quantize/passes/zero_point_into_bias.py); the same with the zero points
 Convs' inputs (the form before that pass); that form with every activation rewritten to
 symmetric int8 (zero point 0, the scale widened to the larger side of its range; nothing else
 changes); and NNCF's (symmetric activations, its performance preset). Per model: throughput,
-where OpenVINO's Convolutions spend their time by kernel, and the zoo's agreement with FP32
-(benchmarks/zoo/yolo.py).
+where OpenVINO spends a run by op type and its Convolutions by kernel, and the zoo's agreement
+with FP32 (benchmarks/zoo/yolo.py).
 """
 
 import json
@@ -36,6 +36,12 @@ from quantize.target import host_isa
 
 THREADS = 2
 PROFILED_RUNS = 20  # a profile is of the last run, after these warm-ups
+SHOWN_OPS = ("Convolution", "Subgraph", "Pad")
+OP_NOTE = (
+    "Op types as OpenVINO's CPU plugin names them in its profile of one run: a Subgraph is a "
+    "chain of elementwise ops it fuses and compiles as one kernel (here the SiLUs, the "
+    "requantizations and the dequantizations that do not fold into a Convolution)."
+)
 
 
 def symmetric_activations(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -100,16 +106,26 @@ def _with_zero_points(model: onnx.ModelProto, rewrite) -> onnx.ModelProto:
     return model
 
 
-def conv_kernels(model, feed: dict) -> dict[str, dict]:
-    """OpenVINO's Convolution kernels on `feed`: how many ran and their microseconds."""
+def kernel_times(model, feed: dict) -> dict[str, dict]:
+    """OpenVINO's kernels on `feed`, by op type and kernel: how many ran and their
+    microseconds."""
     compiled = OpenVINOSession(model, THREADS, {k: v.shape for k, v in feed.items()}, profile=True)
     for _ in range(PROFILED_RUNS):
         compiled.run(None, feed)
     return {
-        kernel: {"convs": count, "us": us}
+        f"{op} {kernel}": {"op": op, "kernel": kernel, "count": count, "us": us}
         for (op, kernel), (count, us) in sorted(compiled.kernel_times().items())
-        if op == "Convolution"
     }
+
+
+def op_times(kernels: dict[str, dict]) -> dict[str, dict]:
+    """`kernels` summed by op type, slowest first."""
+    ops: dict[str, dict] = {}
+    for k in kernels.values():
+        op = ops.setdefault(k["op"], {"count": 0, "us": 0.0})
+        op["count"] += k["count"]
+        op["us"] += k["us"]
+    return dict(sorted(ops.items(), key=lambda item: -item[1]["us"]))
 
 
 def main() -> None:
@@ -138,8 +154,9 @@ def main() -> None:
             "throughput": speed[name]["throughput"],
             "over_nncf": speed[name]["throughput"] / speed["nncf"]["throughput"],
             "agreement": zoo_model.fidelity(feeds, reference, outputs)["value"],
-            "conv_kernels": conv_kernels(model, feeds[0]),
+            "kernels": kernel_times(model, feeds[0]),
         }
+        result["models"][name]["ops"] = op_times(result["models"][name]["kernels"])
     markdown = table(result)
     write_results(for_this_cpu("openvino_activations"), result, markdown)
     print(markdown)
@@ -151,20 +168,25 @@ def table(result: dict) -> str:
         f"# Activation form in OpenVINO: {result['model']}, 320x320, batch 1, "
         f"{result['threads']} threads ({result['machine']['int8_gemm_path']})",
         "",
-        "| model | images/s | x NNCF | agreement with FP32 (target 0.95) | Convolution kernels: "
-        "count, ms a run |",
-        "|---|---|---|---|---|",
+        "| model | images/s | x NNCF | agreement with FP32 (target 0.95) | ms a run by op: "
+        + ", ".join(SHOWN_OPS)
+        + ", the rest | Convolution kernels: count, ms a run |",
+        "|---|---|---|---|---|---|",
     ]
     for name, m in result["models"].items():
-        kernels = "; ".join(
-            f"{kernel} {k['convs']}, {k['us'] / 1000:.2f}"
-            for kernel, k in m["conv_kernels"].items()
+        shown = [m["ops"].get(op, {"us": 0.0})["us"] for op in SHOWN_OPS]
+        rest = sum(op["us"] for op in m["ops"].values()) - sum(shown)
+        by_op = " / ".join(f"{us / 1000:.2f}" for us in [*shown, rest])
+        convs = "; ".join(
+            f"{k['kernel']} {k['count']}, {k['us'] / 1000:.2f}"
+            for k in m["kernels"].values()
+            if k["op"] == "Convolution"
         )
         rows.append(
             f"| {name} | {m['throughput']:.1f} | {m['over_nncf']:.2f}x | {m['agreement']:.4f} "
-            f"| {kernels} |"
+            f"| {by_op} | {convs} |"
         )
-    return "\n".join(rows)
+    return "\n".join(rows) + "\n\n" + OP_NOTE
 
 
 if __name__ == "__main__":
