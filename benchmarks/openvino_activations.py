@@ -35,12 +35,14 @@ from quantize.runtime import OpenVINOSession, served_sessions
 from quantize.target import host_isa
 
 THREADS = 2
-PROFILED_RUNS = 20  # a profile is of the last run, after these warm-ups
+WARM_UP_RUNS = 20
+PROFILED_RUNS = 30
 SHOWN_OPS = ("Convolution", "Subgraph", "Pad")
 OP_NOTE = (
-    "Op types as OpenVINO's CPU plugin names them in its profile of one run: a Subgraph is a "
-    "chain of elementwise ops it fuses and compiles as one kernel (here the SiLUs, the "
-    "requantizations and the dequantizations that do not fold into a Convolution)."
+    f"Each kernel's time is its median over {PROFILED_RUNS} profiled runs. Op types as "
+    "OpenVINO's CPU plugin names them: a Subgraph is a chain of elementwise ops it fuses and "
+    "compiles as one kernel (here the SiLUs, the requantizations and the dequantizations that "
+    "do not fold into a Convolution)."
 )
 
 
@@ -107,14 +109,22 @@ def _with_zero_points(model: onnx.ModelProto, rewrite) -> onnx.ModelProto:
 
 
 def kernel_times(model, feed: dict) -> dict[str, dict]:
-    """OpenVINO's kernels on `feed`, by op type and kernel: how many ran and their
-    microseconds."""
+    """OpenVINO's kernels on `feed`, by op type and kernel: how many ran and their median
+    microseconds a run over PROFILED_RUNS runs (OpenVINO profiles one run at a time)."""
     compiled = OpenVINOSession(model, THREADS, {k: v.shape for k, v in feed.items()}, profile=True)
-    for _ in range(PROFILED_RUNS):
+    runs = []
+    for _ in range(WARM_UP_RUNS + PROFILED_RUNS):
         compiled.run(None, feed)
+        runs.append(compiled.kernel_times())
+    runs = runs[WARM_UP_RUNS:]
     return {
-        f"{op} {kernel}": {"op": op, "kernel": kernel, "count": count, "us": us}
-        for (op, kernel), (count, us) in sorted(compiled.kernel_times().items())
+        f"{op} {kernel}": {
+            "op": op,
+            "kernel": kernel,
+            "count": count,
+            "us": float(np.median([run.get((op, kernel), (0, 0.0))[1] for run in runs])),
+        }
+        for (op, kernel), (count, _) in sorted(runs[-1].items())
     }
 
 
