@@ -2,9 +2,9 @@
 OpenVINO.
 
 OpenVINO's INT8 convolutions run slower on a uint8 input with a zero point z != 0 than on one
-from zero: YOLOv8n's 3x3 Convs, reading SiLU outputs that dip just below zero, took 1.91 ms a run
-at their zero points and 1.15 ms as this pass writes them, on AMX
-(benchmarks/results/openvino_activations_amx.md). Yet with q the uint8 input, s its scale and W
+from zero: YOLOv8n's 3x3 Convs, reading SiLU outputs that dip just below zero, took 1.55 ms a run
+at their zero points and 1.00 ms as this pass writes them, on AMX
+(benchmarks/results/openvino_activations_amx.md at 035f7c2). Yet with q the uint8 input, s its scale and W
 the weights,
 
     Conv(s * (q - z), W) + b  =  Conv(s * q, W) + b - s * z * sum(W)
