@@ -133,11 +133,16 @@ def mixed_ops_net() -> onnx.ModelProto:
 
 def image_model(nodes, inits, name: str, y_channels: int, size: int = 16) -> onnx.ModelProto:
     """An opset-17 model of `nodes` from x(N,3,size,size) to y(N,y_channels,size,size)."""
+    return images_to(nodes, inits, name, [y_channels, size, size], size)
+
+
+def images_to(nodes, inits, name: str, y_dims: list[int], size: int = 16) -> onnx.ModelProto:
+    """An opset-17 model of `nodes` from x(N,3,size,size) to y(N,*y_dims)."""
     graph = helper.make_graph(
         nodes,
         name,
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, size, size])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", y_channels, size, size])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", *y_dims])],
         inits,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])

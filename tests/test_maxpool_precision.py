@@ -4,8 +4,8 @@ integer convolutions stays INT8."""
 
 import numpy as np
 import onnx
-from graphs import _init, images
-from onnx import TensorProto, helper
+from graphs import _init, images, images_to
+from onnx import helper
 
 from quantize import Recipe, RunOptions, quantize
 from quantize.coverage import nchw_uint8_maxpools, optimized_graph
@@ -41,14 +41,7 @@ def pooled_head(hard_swish: bool) -> onnx.ModelProto:
         _init("zero", np.float32(0)),
         _init("six", np.float32(6)),
     ]
-    graph = helper.make_graph(
-        nodes,
-        "pooled",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 16, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 8])],
-        inits,
-    )
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return images_to(nodes, inits, "pooled", [8])
 
 
 def quantized(tmp_path, hard_swish: bool):

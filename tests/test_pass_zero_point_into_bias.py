@@ -1,10 +1,12 @@
-"""`ZeroPointIntoBiasPass`: for OpenVINO, a Conv reads its uint8 input from zero, padded with
-the zero point, its bias taking the rest; the model computes what it did."""
+"""`ZeroPointIntoBiasPass`: for OpenVINO, a Conv (a Gemm, a MatMul with a bias Add) reads its
+uint8 input from zero, padded with the zero point, its bias taking the rest; the model computes
+what it did."""
 
 import numpy as np
 import onnx_ir as ir
-from graphs import image_model, images, mixed_ops_net, plan_for, run
-from onnx import TensorProto, helper, numpy_helper
+import pytest
+from graphs import image_model, images, images_to, mixed_ops_net, plan_for, run
+from onnx import helper, numpy_helper
 from onnx_ir.passes import common
 
 from quantize import passes
@@ -90,15 +92,7 @@ def _matmul(bias: bool) -> ir.Model:
     if bias:
         nodes.append(helper.make_node("Add", ["p", "b"], ["y"], name="bias"))
         inits.append(numpy_helper.from_array(rng.normal(0, 0.1, 8).astype(np.float32), "b"))
-    graph = helper.make_graph(
-        nodes,
-        "matmul",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 16, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3, 16, 8])],
-        inits,
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    return ir.serde.deserialize_model(model)
+    return ir.serde.deserialize_model(images_to(nodes, inits, "matmul", [3, 16, 8]))
 
 
 def test_a_matmul_reads_its_input_from_zero_and_its_bias_add_takes_the_rest():
@@ -116,3 +110,41 @@ def test_a_matmul_without_a_bias_add_keeps_its_zero_point():
     moved = _lowered(_matmul(bias=False), move=True)
     (matmul,) = [n for n in moved.graph if n.op_type == "MatMul"]
     assert _input_zero_point(matmul) != 0
+
+
+def _gemm(trans_b: int, bias: bool) -> ir.Model:
+    """Flatten(x) -> Gemm(B (768, 8), or (8, 768) transposed [, C]) -> y."""
+    rng = np.random.default_rng(0)
+    shape = (8, 768) if trans_b else (768, 8)
+    inputs = ["flat", "w", "b"] if bias else ["flat", "w"]
+    nodes = [
+        helper.make_node("Flatten", ["x"], ["flat"], name="flatten"),
+        helper.make_node("Gemm", inputs, ["y"], name="gemm", transB=trans_b),
+    ]
+    inits = [numpy_helper.from_array(rng.normal(0, 0.05, shape).astype(np.float32), "w")]
+    if bias:
+        inits.append(numpy_helper.from_array(rng.normal(0, 0.1, 8).astype(np.float32), "b"))
+    return passes.cleanup(ir.serde.deserialize_model(images_to(nodes, inits, "gemm", [8])))
+
+
+@pytest.mark.parametrize("trans_b", [0, 1])
+@pytest.mark.parametrize("bias", [True, False])
+def test_a_gemm_reads_its_input_from_zero_and_its_bias_takes_the_rest(trans_b, bias):
+    model = _gemm(trans_b, bias)
+    kept, moved = (_lowered(model, move) for move in (False, True))
+    (before,) = [n for n in kept.graph if n.op_type == "Gemm"]
+    (gemm,) = [n for n in moved.graph if n.op_type == "Gemm"]
+    assert _input_zero_point(before) != 0
+    assert _input_zero_point(gemm) == 0
+    assert gemm.inputs[2].producer().inputs[0].const_value.dtype == ir.DataType.INT32
+    x = images(8)
+    reference = run(kept, x)
+    assert np.abs(run(moved, x) - reference).max() < 1e-4 * np.abs(reference).max()
+
+
+def test_a_gemm_that_scales_its_product_keeps_its_zero_point():
+    model = _gemm(trans_b=0, bias=True)
+    (gemm,) = [n for n in model.graph if n.op_type == "Gemm"]
+    gemm.attributes["alpha"] = ir.AttrFloat32("alpha", 0.5)
+    moved = _lowered(model, move=True)
+    assert _input_zero_point([n for n in moved.graph if n.op_type == "Gemm"][0]) != 0

@@ -97,9 +97,12 @@ def dequantized(dequantize: ir.Node) -> np.ndarray:
     return (q.astype(np.float64) - zero) * scale.reshape(shape)
 
 
-def weight_sums(conv: ir.Node) -> np.ndarray:
-    """The sum of `conv`'s dequantized weights per output channel (it has `integer_weights`)."""
-    weights = dequantized(conv.inputs[1].producer())
+def weight_sums(node: ir.Node) -> np.ndarray:
+    """The sum of `node`'s dequantized weights per output channel (it has `integer_weights`):
+    a Conv's per filter, a Gemm's per column of its B."""
+    weights = dequantized(node.inputs[1].producer())
+    if node.op_type == "Gemm" and not node.attributes.get_int("transB", 0):
+        weights = weights.T
     return weights.sum(axis=tuple(range(1, weights.ndim)))
 
 

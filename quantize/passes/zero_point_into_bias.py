@@ -1,20 +1,20 @@
-"""A Conv's or MatMul's input zero point moved into its bias (and a Conv's padding), for
-OpenVINO.
+"""A Conv's, Gemm's or MatMul's input zero point moved into its bias (and a Conv's padding),
+for OpenVINO.
 
 OpenVINO's INT8 convolutions run slower on a uint8 input with a zero point z != 0 than on one
 from zero: YOLOv8n's 3x3 Convs, reading SiLU outputs that dip just below zero, took 1.55 ms a run
 at their zero points and 1.00 ms as this pass writes them, on AMX
-(benchmarks/results/openvino_activations_amx.md at 035f7c2). Yet with q the uint8 input, s its scale and W
-the weights,
+(benchmarks/results/openvino_activations_amx.md at 035f7c2). Yet with q the uint8 input, s
+its scale and W the weights,
 
     Conv(s * (q - z), W) + b  =  Conv(s * q, W) + b - s * z * sum(W)
 
 when the padded border of q holds z (0 of the dequantized input). So the Conv reads q
 dequantized from zero, padded with z by a Pad on the uint8 tensor, and its int32 bias takes
-the rest: the same arithmetic, exact in integers. A MatMul by constant weights followed by a
-bias Add is the same with no padding: the Add's bias takes s * z times W's column sums (in
-float, as the Add is). ONNX Runtime, whose kernels do not care, keeps the form with the zero
-point."""
+the rest: the same arithmetic, exact in integers. A Gemm is the same with no padding (its
+int32 bias takes s * z times the column sums of its B), and so is a MatMul by constant weights
+followed by a bias Add: the Add's bias takes them (in float, as the Add is). ONNX Runtime, whose
+kernels do not care, keeps the form with the zero point."""
 
 import numpy as np
 import onnx_ir as ir
@@ -41,21 +41,25 @@ class ZeroPointIntoBiasPass(ir.passes.InPlacePass):
     Pad(q, pads, z) -> DQ(s, 0) -> Conv(no pads, W, b - z * s * sum(W)).
     Other readers of q keep their DequantizeLinear.
 
-    A Conv with auto_pad, or whose lowered bias would leave int32, stays as it is. Likewise
+    A Conv with auto_pad, or whose lowered bias would leave int32, stays as it is. A Gemm
+    (A not transposed, alpha and beta 1) is rewritten as a Conv without padding. Likewise
     DQ(q; s, z) @ DQ(W) + b, W a constant matrix and b a constant vector over its columns,
     becomes DQ(q; s, 0) @ DQ(W) + (b - z * s * column sums of W)."""
 
     def call(self, model: ir.Model) -> ir.passes.PassResult:
         graph = model.graph
         moved = [
-            node for node in list(graph) if _moved_conv(graph, node) or _moved_matmul(graph, node)
+            node
+            for node in list(graph)
+            if _moved_conv_or_gemm(graph, node) or _moved_matmul(graph, node)
         ]
         return ir.passes.PassResult(model, modified=bool(moved))
 
 
-def _moved_conv(graph: ir.Graph, conv: ir.Node) -> bool:
-    """Moves `conv`'s input zero point into its bias and padding if it has one to move."""
-    if conv.op_type != "Conv" or uses_auto_pad(conv) or not integer_weights(conv):
+def _moved_conv_or_gemm(graph: ir.Graph, conv: ir.Node) -> bool:
+    """Moves `conv`'s input zero point into its bias (and a Conv's padding) if it has one to
+    move."""
+    if not _plain_conv_or_gemm(conv) or not integer_weights(conv):
         return False
     dequantize = _shifted_input(conv)
     biased = len(conv.inputs) > 2 and conv.inputs[2] is not None
@@ -81,6 +85,18 @@ def _moved_conv(graph: ir.Graph, conv: ir.Node) -> bool:
         conv.resize_inputs(3)
         conv.replace_input_with(2, new_bias)
     return True
+
+
+def _plain_conv_or_gemm(node: ir.Node) -> bool:
+    """A Conv without auto_pad, or a Gemm computing A @ B + C as written."""
+    if node.op_type == "Conv":
+        return not uses_auto_pad(node)
+    return (
+        node.op_type == "Gemm"
+        and node.attributes.get_int("transA", 0) == 0
+        and node.attributes.get_float("alpha", 1.0) == 1.0
+        and node.attributes.get_float("beta", 1.0) == 1.0
+    )
 
 
 def _moved_matmul(graph: ir.Graph, matmul: ir.Node) -> bool:
@@ -140,7 +156,8 @@ def _from_zero(chain: NodeChain, like: ir.Value, quantized: ir.Value, scale: ir.
 def _padded_with_zero_point(
     chain: NodeChain, conv: ir.Node, quantized: ir.Value, zero_point: ir.Value
 ) -> ir.Value:
-    """`quantized` padded as `conv` pads its input, with `zero_point`; `conv` then pads none."""
+    """`quantized` padded as `conv` pads its input, with `zero_point`; `conv` then pads none.
+    (A Gemm pads none.)"""
     pads = int_list(conv, "pads", [])
     if not any(pads):
         return quantized
@@ -153,7 +170,8 @@ def _padded_with_zero_point(
 
 
 def _weight_scales(conv: ir.Node) -> np.ndarray:
-    """`conv`'s weight scale per output channel."""
+    """`conv`'s weight scale per output channel (a Gemm's per-channel scales are per column of
+    its B, as its weight sums are)."""
     scale = conv.inputs[1].producer().inputs[1].const_value.numpy().astype(np.float64)
     return np.broadcast_to(scale, weight_sums(conv).shape)
 
