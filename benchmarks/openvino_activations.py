@@ -112,11 +112,12 @@ def kernel_times(model, feed: dict) -> dict[str, dict]:
     """OpenVINO's kernels on `feed`, by op type and kernel: how many ran and their median
     microseconds a run over PROFILED_RUNS runs (OpenVINO profiles one run at a time)."""
     compiled = OpenVINOSession(model, THREADS, {k: v.shape for k, v in feed.items()}, profile=True)
+    for _ in range(WARM_UP_RUNS):
+        compiled.run(None, feed)
     runs = []
-    for _ in range(WARM_UP_RUNS + PROFILED_RUNS):
+    for _ in range(PROFILED_RUNS):
         compiled.run(None, feed)
         runs.append(compiled.kernel_times())
-    runs = runs[WARM_UP_RUNS:]
     return {
         f"{op} {kernel}": {
             "op": op,

@@ -56,34 +56,34 @@ class ZeroPointIntoBiasPass(ir.passes.InPlacePass):
         return ir.passes.PassResult(model, modified=bool(moved))
 
 
-def _moved_conv_or_gemm(graph: ir.Graph, conv: ir.Node) -> bool:
-    """Moves `conv`'s input zero point into its bias (and a Conv's padding) if it has one to
+def _moved_conv_or_gemm(graph: ir.Graph, node: ir.Node) -> bool:
+    """Moves `node`'s input zero point into its bias (and a Conv's padding) if it has one to
     move."""
-    if not _plain_conv_or_gemm(conv) or not integer_weights(conv):
+    if not _plain_conv_or_gemm(node) or not integer_weights(node):
         return False
-    dequantize = _shifted_input(conv)
-    biased = len(conv.inputs) > 2 and conv.inputs[2] is not None
-    if dequantize is None or (biased and not integer_weights_and_bias(conv)):
+    dequantize = _shifted_input(node)
+    biased = len(node.inputs) > 2 and node.inputs[2] is not None
+    if dequantize is None or (biased and not integer_weights_and_bias(node)):
         return False
     quantized, scale, zero_point = dequantize.inputs
     z = zero_point.const_value.numpy()
     s = float(scale.const_value.numpy())
-    bias = raised_bias(conv, -s * int(z)) if biased else _bias_of_zero_point(conv, int(z))
+    bias = raised_bias(node, -s * int(z)) if biased else _bias_of_zero_point(node, int(z))
     if np.abs(bias).max() > INT32_LIMIT:
         return False
-    chain = NodeChain(graph, conv.name)
-    padded = _padded_with_zero_point(chain, conv, quantized, zero_point)
-    from_zero = _from_zero(chain, conv.inputs[0], padded, scale)
-    new_bias = None if biased else _dequantized_bias(chain, bias, s * _weight_scales(conv))
+    chain = NodeChain(graph, node.name)
+    padded = _padded_with_zero_point(chain, node, quantized, zero_point)
+    from_zero = _from_zero(chain, node.inputs[0], padded, scale)
+    new_bias = None if biased else _dequantized_bias(chain, bias, s * _weight_scales(node))
     if new_bias is not None:
         new_bias.type = from_zero.type
-    graph.insert_before(conv, chain.nodes)
-    conv.replace_input_with(0, from_zero)
+    graph.insert_before(node, chain.nodes)
+    node.replace_input_with(0, from_zero)
     if new_bias is None:
-        set_bias(graph, conv, bias.astype(np.int32), f"{conv.name}_bias_from_zero")
+        set_bias(graph, node, bias.astype(np.int32), f"{node.name}_bias_from_zero")
     else:
-        conv.resize_inputs(3)
-        conv.replace_input_with(2, new_bias)
+        node.resize_inputs(3)
+        node.replace_input_with(2, new_bias)
     return True
 
 
