@@ -81,15 +81,19 @@ def fall_back(
     trial_score: Score | None = None,
     min_gain: float = 0.0,
     group_size: int = 1,
+    measured: Callable[[QuantizeResult], float] | None = None,
 ) -> Fallback:
-    """`trial_score`, if given, ranks the trials in place of `score` (a cheaper stand-in of it:
+    """`measured`, if given, reads `score` off a lowered result that already carries it (the
+    fidelity floor's output SQNR, which every lowering measures), instead of scoring its model
+    again: in OpenVINO each score compiles the model. `trial_score`, if given, ranks the trials in place of `score` (a cheaper stand-in of it:
     fewer samples); the steps after are scored with `score` and kept only if they raise it by
     more than `min_gain`. With `group_size` > 1, weighted nodes are first tried `group_size` at
     a time in graph order, with their input makers, and only the members of a group that gains
     more than `min_gain` are tried on their own: sound for a metric whose loss adds up over
     nodes. A group that gains more than `min_gain` beyond its best member is a step too, then
     shrunk (`_shrunk`). With `max_nodes=0`, only the result's score: no trials."""
-    before = score(result.model)
+    scored = measured or (lambda lowered: score(lowered.model))
+    before = scored(result)
     if before >= target or max_nodes == 0:
         return Fallback(result, target, before, before, [])
     trial = trial_score or score
@@ -126,14 +130,14 @@ def fall_back(
             continue
         tried = {**chosen, **dict.fromkeys(nodes, f"{REASON}: {why}")}
         step = keep_fp32(result, tried)
-        step_score = score(step.model)
+        step_score = scored(step)
         if step_score - after <= min_gain:
             if ranked:  # the ranked steps after it gained less alone
                 break
             continue
         if group:
             floor = min(step_score - min_gain / 2, target)
-            shrunk = _shrunk(result, score, (tried, step, step_score), group, units, gains, floor)
+            shrunk = _shrunk(result, scored, (tried, step, step_score), group, units, gains, floor)
             if not _affordable(best, shrunk[1]):
                 continue
             tried, step, step_score = shrunk
@@ -157,7 +161,7 @@ def _affordable(before: QuantizeResult, after: QuantizeResult) -> bool:
 
 def _shrunk(
     result: QuantizeResult,
-    score: Score,
+    scored: Callable[[QuantizeResult], float],
     reached: tuple[dict[str, str], QuantizeResult, float],
     group: tuple[str, ...],
     units: dict[str, list[str]],
@@ -177,7 +181,7 @@ def _shrunk(
             step = keep_fp32(result, tried)
         except CompileError:  # as a trial can be: the group without it is no way to the floor
             continue
-        step_score = score(step.model)
+        step_score = scored(step)
         if step_score >= floor:
             chosen, best, after = tried, step, step_score
     return chosen, best, after
@@ -286,4 +290,5 @@ def to_fidelity_floor(result: QuantizeResult, max_nodes: int = 8) -> Fallback:
         ),
         FLOOR_STEP_DB,
         TRIAL_GROUP,
+        measured=lambda lowered: min(lowered.output_sqnr_db.values()),
     )

@@ -6,7 +6,7 @@ import onnx
 import pytest
 from graphs import chain_mlp, cube_mlp, outlier_mlp
 
-from quantize import Recipe, cli, quantize
+from quantize import Recipe, cli, fallback, pipeline, quantize
 from quantize.fallback import GROUP_COST, OUTPUT_FLOOR_DB, fall_back, to_fidelity_floor
 from quantize.pipeline import qdq_model
 from quantize.runtime import CompileError, runtime_session, session
@@ -259,3 +259,28 @@ def test_a_trial_the_runtime_cannot_compile_is_never_taken(tmp_path, monkeypatch
     assert found.trial_gains["down"] == -math.inf and found.fp32_nodes == ["up", "down"]
     # shrunk, it would be "down" alone in FP32, which does not compile: it stays whole
     assert all("screened together" in d.reason for d in found.result.decisions)
+
+
+def test_the_fidelity_floor_reads_each_steps_sqnr_off_its_lowering_without_scoring_it_again(
+    tmp_path, monkeypatch
+):
+    """In OpenVINO every score compiles the model: a step is measured once, by its lowering."""
+    result, _ = _setup(tmp_path)
+    calls = {"lowerings": 0, "held_out_scores": 0}
+    keep_fp32, sqnr_against = fallback.keep_fp32, pipeline.sqnr_against
+
+    def counted_keep_fp32(*args):
+        calls["lowerings"] += 1
+        return keep_fp32(*args)
+
+    def counted_sqnr_against(reference, model, batches, *args):
+        calls["held_out_scores"] += batches is result.held_out
+        return sqnr_against(reference, model, batches, *args)
+
+    monkeypatch.setattr(fallback, "keep_fp32", counted_keep_fp32)
+    for module in (fallback, pipeline):
+        monkeypatch.setattr(module, "sqnr_against", counted_sqnr_against)
+    found = to_fidelity_floor(result)
+    assert found.fp32_nodes and calls["lowerings"] >= 1
+    assert calls["held_out_scores"] == calls["lowerings"]
+    assert found.score_after == min(found.result.output_sqnr_db.values())
