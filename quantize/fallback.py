@@ -87,10 +87,10 @@ def fall_back(
     fidelity floor's output SQNR, which every lowering measures), instead of scoring its model
     again: in OpenVINO each score compiles the model. `trial_score`, if given, ranks the trials
     in place of `score` (a cheaper stand-in of it: fewer samples); the steps after are scored
-    with `score` and kept only if they raise it by more than `min_gain`. With `group_size` > 1, weighted nodes are first tried `group_size` at
-    a time in graph order, with their input makers, and only the members of a group that gains
-    more than `min_gain` are tried on their own: sound for a metric whose loss adds up over
-    nodes. A group that gains more than `min_gain` beyond its best member is a step too, then
+    with `score` and kept only if they raise it by more than `min_gain`. With `group_size` > 1,
+    weighted nodes are first tried `group_size` at a time in graph order, with their input
+    makers, and only the members of a group that gains more than `min_gain` are tried on their
+    own: sound for a metric whose loss adds up over nodes. A group that gains more than `min_gain` beyond its best member is a step too, then
     shrunk (`_shrunk`). With `max_nodes=0`, only the result's score: no trials."""
     scored = measured or (lambda lowered: score(lowered.model))
     before = scored(result)

@@ -42,7 +42,7 @@ class ZeroPointIntoBiasPass(ir.passes.InPlacePass):
     Other readers of q keep their DequantizeLinear.
 
     A Conv with auto_pad, or whose lowered bias would leave int32, stays as it is. A Gemm
-    (A not transposed, alpha and beta 1) is rewritten as a Conv without padding. Likewise
+    (A not transposed, alpha and beta 1) is rewritten as a Conv without padding is. Likewise
     DQ(q; s, z) @ DQ(W) + b, W a constant matrix and b a constant vector over its columns,
     becomes DQ(q; s, 0) @ DQ(W) + (b - z * s * column sums of W)."""
 
@@ -154,26 +154,26 @@ def _from_zero(chain: NodeChain, like: ir.Value, quantized: ir.Value, scale: ir.
 
 
 def _padded_with_zero_point(
-    chain: NodeChain, conv: ir.Node, quantized: ir.Value, zero_point: ir.Value
+    chain: NodeChain, node: ir.Node, quantized: ir.Value, zero_point: ir.Value
 ) -> ir.Value:
-    """`quantized` padded as `conv` pads its input, with `zero_point`; `conv` then pads none.
-    (A Gemm pads none.)"""
-    pads = int_list(conv, "pads", [])
+    """`quantized` padded as `node` (a Conv; a Gemm pads none) pads its input, with
+    `zero_point`; `node` then pads none."""
+    pads = int_list(node, "pads", [])
     if not any(pads):
         return quantized
     half = len(pads) // 2
     widths = chain.const("pads", np.array([0, 0, *pads[:half], 0, 0, *pads[half:]], np.int64))
     padded = chain.node("Pad", [quantized, widths, zero_point], "zero_point_pad")
     padded.type = quantized.type
-    conv.attributes["pads"] = ir.AttrInt64s("pads", [0] * len(pads))
+    node.attributes["pads"] = ir.AttrInt64s("pads", [0] * len(pads))
     return padded
 
 
-def _weight_scales(conv: ir.Node) -> np.ndarray:
-    """`conv`'s weight scale per output channel (a Gemm's per-channel scales are per column of
-    its B, as its weight sums are)."""
-    scale = conv.inputs[1].producer().inputs[1].const_value.numpy().astype(np.float64)
-    return np.broadcast_to(scale, weight_sums(conv).shape)
+def _weight_scales(node: ir.Node) -> np.ndarray:
+    """`node`'s weight scale per output channel (a Gemm's per column of its B, as its weight
+    sums are)."""
+    scale = node.inputs[1].producer().inputs[1].const_value.numpy().astype(np.float64)
+    return np.broadcast_to(scale, weight_sums(node).shape)
 
 
 def _bias_of_zero_point(conv: ir.Node, z: int) -> np.ndarray:
