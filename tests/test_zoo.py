@@ -40,7 +40,7 @@ def test_a_packaged_model_quantizes_with_every_cli_default():
     assert record["kernel_timing"].startswith("measured on this CPU")
     assert "x the FP32 graph's speed" in record["speed_check"]  # measured, whatever it decided
     ours = record["quantize_seconds"]["int8"]  # the CLI's wall time; no rival ran
-    assert ours > 0 and f"| {ours:.0f} / - / - / - |" in table([record])
+    assert ours > 0 and f"| {ours:.0f} / - / - / - / - |" in table([record])
 
 
 def test_the_table_marks_a_model_the_speed_check_kept_fp32_whole():

@@ -298,7 +298,7 @@ def table(records: list[dict]) -> str:
         taken = r.get("quantize_seconds")
         if not taken:
             return "-"
-        names = ("int8", "ort_static", "ort_dynamic", "nncf_openvino")
+        names = ("int8", "ort_static", "ort_dynamic", "nncf_openvino", "int8_openvino")
         return " / ".join(f"{taken[n]:.0f}" if n in taken else "-" for n in names)
 
     def shifted(r):
@@ -326,7 +326,8 @@ def table(records: list[dict]) -> str:
             "| x ORT static | x ORT dynamic | x NNCF (OpenVINO) | x ours made for OpenVINO "
             "| ORT static fidelity | ORT dynamic fidelity | NNCF fidelity "
             "| ours made for OpenVINO fidelity "
-            "| s to quantize: ours (CLI) / ORT static / ORT dynamic / NNCF |",
+            "| s to quantize: ours (CLI) / ORT static / ORT dynamic / NNCF "
+            "/ ours made for OpenVINO (CLI) |",
             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
             *rows,
         ]
