@@ -425,7 +425,7 @@ def test_a_bias_too_large_for_int32_widens_the_weight_scale_instead_of_clipping(
     assert min(result.output_sqnr_db.values()) > 40
 
 
-def test_a_float16_model_is_a_clear_error_not_a_silent_copy(tmp_path, calib_npz):
+def test_a_float16_model_is_a_clear_error_not_a_silent_copy(tmp_path):
     model = conv_net(channels=8)
     for tensor in model.graph.initializer:
         if tensor.data_type == TensorProto.FLOAT:

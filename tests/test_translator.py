@@ -115,7 +115,7 @@ def test_over_long_input_is_truncated_and_counted(tiny):
     assert isinstance(out, str) and translator.truncated([long, "Open the file"]) == 1
 
 
-def test_transformer_recipe_keeps_the_logits_faithful(tiny, tmp_path):
+def test_transformer_recipe_keeps_the_logits_faithful(tiny):
     _, files, english, _ = tiny
     feeds = calibration_feeds(files, english[:64])
     int8, results = quantize_translator(
