@@ -90,8 +90,9 @@ def fall_back(
     with `score` and kept only if they raise it by more than `min_gain`. With `group_size` > 1,
     weighted nodes are first tried `group_size` at a time in graph order, with their input
     makers, and only the members of a group that gains more than `min_gain` are tried on their
-    own: sound for a metric whose loss adds up over nodes. A group that gains more than `min_gain` beyond its best member is a step too, then
-    shrunk (`_shrunk`). With `max_nodes=0`, only the result's score: no trials."""
+    own: sound for a metric whose loss adds up over nodes. A group that gains more than
+    `min_gain` beyond its best member is a step too, then shrunk (`_shrunk`). With
+    `max_nodes=0`, only the result's score: no trials."""
     scored = measured or (lambda lowered: score(lowered.model))
     before = scored(result)
     if before >= target or max_nodes == 0:

@@ -176,10 +176,10 @@ def _weight_scales(node: ir.Node) -> np.ndarray:
     return np.broadcast_to(scale, weight_sums(node).shape)
 
 
-def _bias_of_zero_point(conv: ir.Node, z: int) -> np.ndarray:
-    """-z * s * sum(W) in int32 steps of s times the weight scales: the bias a Conv without one
-    takes."""
-    return np.round(-z * weight_sums(conv) / _weight_scales(conv)).astype(np.int64)
+def _bias_of_zero_point(node: ir.Node, z: int) -> np.ndarray:
+    """-z * s * sum(W) in int32 steps of s times the weight scales: the bias a Conv or Gemm
+    without one takes."""
+    return np.round(-z * weight_sums(node) / _weight_scales(node)).astype(np.int64)
 
 
 def _dequantized_bias(chain: NodeChain, bias: np.ndarray, scales: np.ndarray) -> ir.Value:
