@@ -72,16 +72,16 @@ def provenance() -> dict:
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "isa": host_isa(),
         "versions": {name: _version(name) for name in VERSIONED},
-        "command": " ".join(
-            [
-                "python -m",
-                sys.modules["__main__"].__spec__.name
-                if sys.modules["__main__"].__spec__
-                else sys.argv[0],
-                *sys.argv[1:],
-            ]
-        ),
+        "command": command(),
     }
+
+
+def command() -> str:
+    """The command that runs this process, as a user types it: `python -m benchmarks.zoo` for
+    a package, whose __main__ module Python names benchmarks.zoo.__main__."""
+    spec = sys.modules["__main__"].__spec__
+    program = f"-m {spec.name.removesuffix('.__main__')}" if spec else sys.argv[0]
+    return " ".join(["python", program, *sys.argv[1:]])
 
 
 def _version(name: str) -> str | None:

@@ -2,9 +2,11 @@
 were made."""
 
 import json
+import sys
+import types
 
 from benchmarks import readme
-from benchmarks.results import write_results
+from benchmarks.results import command, write_results
 
 PROVENANCE = {"commit", "dirty", "date", "isa", "versions", "command"}
 
@@ -90,3 +92,11 @@ def test_the_zoo_summary_has_a_row_per_model_and_target_with_each_rivals_fidelit
     expected = f"{record['int8_over_ort_static']:.2f}x ({static['value']:.4f} {verdict})"
     row = next(r for r in rows if r.startswith(f"| {record['name']} | {stems[0][4:].upper()} |"))
     assert expected in row
+
+
+def test_a_benchmark_package_is_recorded_as_the_command_that_runs_it(monkeypatch):
+    main = types.ModuleType("__main__")
+    main.__spec__ = types.SimpleNamespace(name="benchmarks.zoo.__main__")
+    monkeypatch.setitem(sys.modules, "__main__", main)
+    monkeypatch.setattr(sys, "argv", ["/work/benchmarks/zoo/__main__.py", "--quick"])
+    assert command() == "python -m benchmarks.zoo --quick"
