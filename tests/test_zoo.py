@@ -6,9 +6,17 @@ run with timings and rivals is `python -m benchmarks.zoo`."""
 
 import pytest
 
-from benchmarks.zoo.run import REDUCED, all_models, rival_fidelity, run_model, table
+from benchmarks.zoo.run import (
+    REDUCED,
+    all_models,
+    made_for_openvino,
+    rival_fidelity,
+    run_model,
+    table,
+)
 from quantize.pipeline import WHOLE_FP32
 from quantize.target import WEIGHT_FORMATS
+from quantize.validate import OUTPUT_FLOOR_DB
 
 SUITE = dict(REDUCED, calibration=12)
 
@@ -74,3 +82,10 @@ def test_ours_made_for_openvino_is_marked_where_its_speed_check_kept_it_fp32():
     ]
     assert rival_fidelity(records[0], "int8_openvino") == "1.0000 meets (FP32 kept)"
     assert rival_fidelity(records[1], "int8_openvino") == "1.0000 meets"
+
+
+def test_ours_made_for_openvino_records_what_its_fidelity_floor_did(conv_model, calib_npz):
+    int8, made = made_for_openvino(conv_model, calib_npz, ())
+    assert "in openvino" in made["speed_check"]
+    assert set(made["accuracy_fallback"]) <= {n.name for n in int8.graph.node}
+    assert made["output_sqnr_db"] >= OUTPUT_FLOOR_DB or made["accuracy_fallback"]

@@ -120,11 +120,7 @@ def run_model(
             weights=summary["weights"]["format"],
             weight_choice=summary["weights"]["choice"],
             amx_tile_convs=summary["weights"]["amx_tile_convs"],
-            accuracy_fallback=[
-                n["name"]
-                for n in summary["coverage"]["fp32_nodes"]
-                if n["reason"].startswith(fallback.REASON)
-            ],
+            accuracy_fallback=_accuracy_fallback(summary),
         )
         record["rivals"] = {}
         for name, make in (
@@ -244,11 +240,25 @@ def made_for_openvino(
     path: Path, calib: Path, options: tuple[str, ...]
 ) -> tuple[onnx.ModelProto, dict]:
     """Ours as a user who serves with OpenVINO makes it (`--runtime openvino`), and what its
-    speed check in OpenVINO did."""
+    speed check and its fidelity floor in OpenVINO did."""
     run, int8 = _quantize_cli(path, calib, (*options, "--runtime", "openvino"))
     if int8 is None:
         raise RuntimeError(_status(run))
-    return int8, {"speed_check": json.loads(run.stdout)["speed_check"]}
+    summary = json.loads(run.stdout)
+    return int8, {
+        "speed_check": summary["speed_check"],
+        "output_sqnr_db": summary["fidelity"]["output_sqnr_db_min"],
+        "accuracy_fallback": _accuracy_fallback(summary),
+    }
+
+
+def _accuracy_fallback(summary: dict) -> list[str]:
+    """The nodes the CLI's fidelity floor sent back to FP32, from its --json summary."""
+    return [
+        n["name"]
+        for n in summary["coverage"]["fp32_nodes"]
+        if n["reason"].startswith(fallback.REASON)
+    ]
 
 
 def _status(run: subprocess.CompletedProcess) -> str:
