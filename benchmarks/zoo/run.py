@@ -111,7 +111,6 @@ def run_model(
         record.update(
             preset=summary["preset"],
             target=summary["recipe"]["target"],
-            output_sqnr_db=summary["fidelity"]["output_sqnr_db_min"],
             verdict=summary["fidelity"]["verdict"],
             kernel_timing=summary["kernel_timing"],
             speed_check=summary["speed_check"],
@@ -120,7 +119,7 @@ def run_model(
             weights=summary["weights"]["format"],
             weight_choice=summary["weights"]["choice"],
             amx_tile_convs=summary["weights"]["amx_tile_convs"],
-            accuracy_fallback=_accuracy_fallback(summary),
+            **_fidelity_floor(summary),
         )
         record["rivals"] = {}
         for name, make in (
@@ -245,20 +244,20 @@ def made_for_openvino(
     if int8 is None:
         raise RuntimeError(_status(run))
     summary = json.loads(run.stdout)
-    return int8, {
-        "speed_check": summary["speed_check"],
+    return int8, {"speed_check": summary["speed_check"], **_fidelity_floor(summary)}
+
+
+def _fidelity_floor(summary: dict) -> dict:
+    """From the CLI's --json summary: the worst output SQNR on held-out samples, and the nodes
+    its fidelity floor sent back to FP32 for it."""
+    return {
         "output_sqnr_db": summary["fidelity"]["output_sqnr_db_min"],
-        "accuracy_fallback": _accuracy_fallback(summary),
+        "accuracy_fallback": [
+            n["name"]
+            for n in summary["coverage"]["fp32_nodes"]
+            if n["reason"].startswith(fallback.REASON)
+        ],
     }
-
-
-def _accuracy_fallback(summary: dict) -> list[str]:
-    """The nodes the CLI's fidelity floor sent back to FP32, from its --json summary."""
-    return [
-        n["name"]
-        for n in summary["coverage"]["fp32_nodes"]
-        if n["reason"].startswith(fallback.REASON)
-    ]
 
 
 def _status(run: subprocess.CompletedProcess) -> str:
