@@ -398,13 +398,16 @@ def served(feeds: dict[str, np.ndarray], rows: int | None) -> dict[str, np.ndarr
 
 def qdq_model(result: QuantizeResult, fp32_nodes: set[str]) -> onnx.ModelProto:
     """The Q/DQ model with `fp32_nodes` in FP32, without the coverage and ONNX checks: a quick
-    trial."""
+    trial. Stamped as the result is, so that ONNX Runtime runs it exact where its weights would
+    saturate this CPU's kernels (`runtime.session`)."""
     calibration = result.calibration
     int8 = set(calibration.selection.int8 - fp32_nodes)
     plan = make_plan(
         calibration.graph, int8, calibration.histograms, result.recipe, calibration.amx_convs
     )
-    return _lowered(calibration.graph, plan, calibration.bias_shifts, checked=False)
+    trial = _lowered(calibration.graph, plan, calibration.bias_shifts, checked=False)
+    _stamp(trial, calibration.original, result.recipe)
+    return trial
 
 
 def _lowered(

@@ -1,15 +1,14 @@
 import json
-import math
 
 import numpy as np
 import onnx
 import pytest
 from graphs import chain_mlp, cube_mlp, outlier_mlp
 
-from quantize import Recipe, cli, fallback, pipeline, quantize
-from quantize.fallback import GROUP_COST, OUTPUT_FLOOR_DB, fall_back, to_fidelity_floor
-from quantize.pipeline import qdq_model
-from quantize.runtime import CompileError, runtime_session, session
+from quantize import Recipe, cli, fallback, pipeline, quantize, validate
+from quantize.fallback import GROUP_COST, fall_back, to_fidelity_floor
+from quantize.pipeline import CHECK_SECONDS, CLOSE_CALL, qdq_model
+from quantize.runtime import CompileError, session
 from quantize.validate import sqnr_db
 
 
@@ -219,46 +218,87 @@ def test_a_group_whose_members_gain_little_alone_goes_back_shrunk_to_what_the_ta
     } - set(found.fp32_nodes)
 
 
-@pytest.mark.parametrize("cost, taken", [(GROUP_COST / 2, True), (GROUP_COST * 2, False)])
+@pytest.mark.parametrize(
+    "costs, taken",
+    [
+        ([GROUP_COST - CLOSE_CALL - 0.01], True),
+        ([GROUP_COST + CLOSE_CALL + 0.01], False),
+        ([GROUP_COST + 0.05, GROUP_COST - 0.01], True),  # a close call: the longer timing decides
+        ([GROUP_COST - 0.05, GROUP_COST + 0.01], False),
+    ],
+)
 def test_a_group_is_taken_only_if_timing_here_shows_it_costing_at_most_group_cost(
-    tmp_path, monkeypatch, cost, taken
+    tmp_path, monkeypatch, costs, taken
 ):
     result, score = _setup(tmp_path, chain_mlp)
     monkeypatch.setattr("quantize.fallback.timed_here", lambda recipe: True)
     timings = []
 
     def latencies_ms(result, models, seconds):
-        timings.append(list(models))
-        return {"before": 10.0, "after": 10.0 * (1 + cost)}
+        timings.append((list(models), seconds))
+        return {"before": 10.0, "after": 10.0 * (1 + costs[len(timings) - 1])}
 
     monkeypatch.setattr("quantize.fallback.latencies_ms", latencies_ms)
     found = fall_back(result, score, score(result.model) + 3, min_gain=2.5, group_size=4)
-    assert timings == [["before", "after"]]
+    seconds = [CHECK_SECONDS, 2 * CHECK_SECONDS][: len(costs)]
+    assert timings == [(["before", "after"], s) for s in seconds]
     assert found.met is taken and bool(found.fp32_nodes) is taken
 
 
-def test_a_trial_the_runtime_cannot_compile_is_never_taken(tmp_path, monkeypatch):
-    result, _ = _setup(tmp_path)
-    assert min(result.output_sqnr_db.values()) < OUTPUT_FLOOR_DB  # the floor's fallback runs
-    assert to_fidelity_floor(result).fp32_nodes[0] == "down"  # the trial that gains most
+def test_a_step_the_runtime_cannot_compile_is_passed_over_for_the_next(tmp_path, monkeypatch):
+    result, score = _setup(tmp_path, chain_mlp)
+    target = score(result.model) + 1
+    found = fall_back(result, score, target)
+    assert found.fp32_nodes == ["layer2"]  # its trial gains most, the next is layer3's
+    assert sorted(found.trial_gains, key=found.trial_gains.get)[-2:] == ["layer3", "layer2"]
+    keep_fp32, steps = fallback.keep_fp32, []
 
-    def no_fp32_down(model, threads=0, runtime="onnxruntime", shapes=None):
-        quantized = any(n.op_type == "QuantizeLinear" for n in model.graph.node)
-        if quantized and not _reads_dequantized(model, "down"):  # as a recogniser trial failed
+    def no_fp32_layer2(result, fp32):
+        steps.append(set(fp32))
+        if "layer2" in fp32:  # as a recogniser step failed in OpenVINO
             raise CompileError("OpenVINO cannot compile the model: MoveFakeQuantize")
-        return runtime_session(model, threads, runtime, shapes=shapes)
+        return keep_fp32(result, fp32)
 
-    monkeypatch.setattr("quantize.runtime.runtime_session", no_fp32_down)
-    monkeypatch.setattr("quantize.fallback.TRIAL_GROUP", 1)
-    found = to_fidelity_floor(result)
-    assert found.trial_gains["down"] == -math.inf and "down" not in found.fp32_nodes
+    monkeypatch.setattr(fallback, "keep_fp32", no_fp32_layer2)
+    found = fall_back(result, score, target)
+    assert steps == [{"layer2"}, {"layer3"}] and found.fp32_nodes == ["layer3"] and found.met
 
-    monkeypatch.undo()
-    monkeypatch.setattr("quantize.runtime.runtime_session", no_fp32_down)
-    found = to_fidelity_floor(result)  # "up" and "down" screened together: the group compiles
-    assert found.trial_gains["down"] == -math.inf and found.fp32_nodes == ["up", "down"]
-    # shrunk, it would be "down" alone in FP32, which does not compile: it stays whole
+
+def test_a_group_stays_whole_where_the_runtime_cannot_compile_it_shrunk(tmp_path, monkeypatch):
+    result, score = _setup(tmp_path, chain_mlp)
+    keep_fp32 = fallback.keep_fp32
+
+    def whole_group_only(result, fp32):
+        if 0 < len(fp32) < 4:
+            raise CompileError("OpenVINO cannot compile the model: MoveFakeQuantize")
+        return keep_fp32(result, fp32)
+
+    monkeypatch.setattr(fallback, "keep_fp32", whole_group_only)
+    found = fall_back(result, score, score(result.model) + 3, min_gain=2.5, group_size=4)
+    assert found.met and sorted(found.fp32_nodes) == [f"layer{i}" for i in range(4)]
     assert all("screened together" in d.reason for d in found.result.decisions)
+
+
+def test_the_fidelity_floor_ranks_its_trials_in_onnx_runtime_and_its_steps_where_the_model_runs(
+    tmp_path, monkeypatch
+):
+    """OpenVINO compiles every model it scores: its trials run the same Q/DQ model in ORT."""
+    onnx.save(outlier_mlp(), str(tmp_path / "m.onnx"))
+    rng = np.random.default_rng(1)
+    feeds = [{"x": rng.normal(0, 1, (32, 16)).astype(np.float32)} for _ in range(8)]
+    result = quantize(tmp_path / "m.onnx", feeds, Recipe(kernel_timing=False, runtime="openvino"))
+    runs, served_sessions = [], validate.served_sessions
+
+    def recorded(model, batches, threads=0, runtime="onnxruntime"):
+        runs.append((batches is result.held_out, runtime))
+        return served_sessions(model, batches, threads, runtime)
+
+    monkeypatch.setattr(validate, "served_sessions", recorded)
+    found = to_fidelity_floor(result)
+    assert found.fp32_nodes == ["down"] and found.trial_gains
+    steps = [runtime for held_out, runtime in runs if held_out]
+    trials = [runtime for held_out, runtime in runs if not held_out]
+    assert set(steps) == {"openvino"} and set(trials) == {"onnxruntime"} and len(trials) > 2
 
 
 def test_the_fidelity_floor_reads_each_steps_sqnr_off_its_lowering_without_scoring_it_again(
