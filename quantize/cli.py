@@ -439,6 +439,8 @@ def _print_summary(s: dict, report_path: Path | None) -> None:
     facts.add_row("speed check", s["speed_check"])
     facts.add_row("bias correction", s["bias_correction"])
     facts.add_row("smoothing", s["smoothing"])
+    if s["group_cost"]:
+        facts.add_row("fallback group cost", s["group_cost"])
     facts.add_row(
         "calibration",
         f"{s['calibration']['samples']} samples, {s['calibration']['seconds']:.1f} s, method {recipe['ranges']['name']}",

@@ -25,7 +25,7 @@ the model's time where timing here can tell.
 
 import math
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import onnx
 import onnx_ir as ir
@@ -124,6 +124,7 @@ def fall_back(
     ]
     weighted = [node for node in result.calibration.graph.graph if node.name in units]
     chosen: dict[str, str] = {}
+    group_costs: list[str] = []
     after, best, steps = before, result, 0
     while queue and steps < max_nodes and after < target:
         nodes, why, ranked, group = queue.pop(0)
@@ -142,30 +143,45 @@ def fall_back(
         if group:
             floor = min(step_score - min_gain / 2, target)
             shrunk = _shrunk(result, scored, (tried, step, step_score), group, units, gains, floor)
-            if not _affordable(best, shrunk[1]):
+            taken, cost = _affordable(best, shrunk[1])
+            group_costs.append(
+                f"the group to {group[-1]}, {len(shrunk[0]) - len(chosen)} node(s) in FP32 "
+                f"scoring {shrunk[2]:.4g}: {cost}"
+            )
+            if not taken:
                 continue
             tried, step, step_score = shrunk
         chosen, best, after, steps = tried, step, step_score, steps + 1
         feeders = [n.name for n in weighted if n.name not in chosen and _read_only_by(n, chosen)]
         if feeders:
             queue.insert(0, (tuple(feeders), "every node reading its output is in FP32", False, ()))
+    if group_costs:
+        best = replace(best, group_cost="; ".join(group_costs))
     return Fallback(best, target, before, after, list(chosen), gains, unit_gains)
 
 
-def _affordable(before: QuantizeResult, after: QuantizeResult) -> bool:
+def _affordable(before: QuantizeResult, after: QuantizeResult) -> tuple[bool, str]:
     """Does `after` take at most GROUP_COST more time a served batch than `before`, timed as the
-    speed check times? A group can hold a model's widest layers: a 640x640 text detector's stem
-    in FP32 lifted its output SQNR to the floor for a fifth of its INT8 speed, when its text map
-    already met its task's target. A first timing within CLOSE_CALL of that limit is a close
-    call, and a timing twice as long decides it: YOLOv8n's stem in FP32 costs close to the limit
-    in OpenVINO. Where the model is not timed here, fidelity decides alone."""
+    speed check times? And what was measured. A group can hold a model's widest layers: a
+    640x640 text detector's stem in FP32 lifted its output SQNR to the floor for a fifth of its
+    INT8 speed, when its text map already met its task's target. A first timing within
+    CLOSE_CALL of that limit is a close call, and a timing twice as long decides it: YOLOv8n's
+    stem in FP32 costs close to the limit in OpenVINO. Where the model is not timed here,
+    fidelity decides alone."""
     if not timed_here(before.recipe):
-        return True
+        return True, "not timed here: taken on fidelity alone"
     models = {"before": before.model, "after": after.model}
     ms = latencies_ms(before, models, CHECK_SECONDS)
+    timed = "timed once"
     if abs(ms["after"] / ms["before"] - (1 + GROUP_COST)) < CLOSE_CALL:
         ms = latencies_ms(before, models, 2 * CHECK_SECONDS)
-    return ms["after"] <= ms["before"] * (1 + GROUP_COST)
+        timed = "a close call, timed again twice as long"
+    taken = ms["after"] <= ms["before"] * (1 + GROUP_COST)
+    return taken, (
+        f"{ms['after'] / ms['before']:.3f}x the time of the model before it "
+        f"({ms['after']:.2f} vs {ms['before']:.2f} ms a batch; limit {1 + GROUP_COST:.2f}x, "
+        f"{timed}): {'taken' if taken else 'not taken'}"
+    )
 
 
 def _shrunk(

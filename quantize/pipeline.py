@@ -128,6 +128,7 @@ class QuantizeResult:
     bias_correction: str = "off"  # what correcting the Convs' biases measured and did
     smoothing: str = "off"  # the SmoothQuant alpha taken, and if chosen, what was measured
     timing_check: str = ""  # what the whole model measured of kernel timing's FP32 nodes, if any
+    group_cost: str = ""  # what each group step of the accuracy fallback cost in time, if any
 
     @cached_property
     def layer_sqnr_db(self) -> dict[str, float]:
@@ -311,7 +312,12 @@ def keep_fp32_unless_faster(
     )
     int8_nodes = [d.name for d in result.decisions if d.precision == "int8"]
     whole_fp32 = keep_fp32(result, dict.fromkeys(int8_nodes, reason))
-    return replace(whole_fp32, speed_check=reason, bias_correction=f"none: {WHOLE_FP32}")
+    return replace(
+        whole_fp32,
+        speed_check=reason,
+        bias_correction=f"none: {WHOLE_FP32}",
+        group_cost=result.group_cost,
+    )
 
 
 def _short_of_margin(fp32_ms: float, int8_ms: float, margin: float = WIN_MARGIN) -> bool:

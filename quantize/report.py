@@ -40,6 +40,7 @@ def summarize(result: QuantizeResult) -> dict:
         "speed_check": result.speed_check,
         "bias_correction": result.bias_correction,
         "smoothing": result.smoothing,
+        "group_cost": result.group_cost,
         "weights": {
             "format": result.recipe.weights,
             "choice": result.weight_choice,
@@ -174,6 +175,8 @@ def _html(r: dict) -> str:
     rows.append(f"<tr><th>speed check</th><td colspan=3>{e(r['speed_check'])}</td></tr>")
     rows.append(f"<tr><th>bias correction</th><td colspan=3>{e(r['bias_correction'])}</td></tr>")
     rows.append(f"<tr><th>smoothing</th><td colspan=3>{e(r['smoothing'])}</td></tr>")
+    if r["group_cost"]:
+        rows.append(f"<tr><th>fallback group cost</th><td colspan=3>{e(r['group_cost'])}</td></tr>")
     coverage = "".join(
         f"<tr><td>{e(op)}</td><td>{c['int8']}</td><td>{c['fp32']}</td></tr>"
         for op, c in r["coverage"]["by_op_type"].items()

@@ -8,6 +8,7 @@ from graphs import chain_mlp, cube_mlp, outlier_mlp
 from quantize import Recipe, cli, fallback, pipeline, quantize, validate
 from quantize.fallback import GROUP_COST, fall_back, to_fidelity_floor
 from quantize.pipeline import CHECK_SECONDS, CLOSE_CALL, qdq_model
+from quantize.report import summarize
 from quantize.runtime import CompileError, session
 from quantize.validate import sqnr_db
 
@@ -243,6 +244,19 @@ def test_a_group_is_taken_only_if_timing_here_shows_it_costing_at_most_group_cos
     seconds = [CHECK_SECONDS, 2 * CHECK_SECONDS][: len(costs)]
     assert timings == [(["before", "after"], s) for s in seconds]
     assert found.met is taken and bool(found.fp32_nodes) is taken
+    # what decided is on the result, so the summary can say why a group was or was not taken
+    recorded = found.result.group_cost
+    assert recorded.startswith("the group to layer3, ")
+    assert f"{1 + costs[-1]:.3f}x the time of the model before it" in recorded
+    assert ("a close call" in recorded) is (len(costs) == 2)
+    assert recorded.endswith(": taken" if taken else ": not taken")
+    assert summarize(found.result)["group_cost"] == recorded
+
+
+def test_a_result_no_group_step_was_weighed_for_records_no_group_cost(tmp_path):
+    result, score = _setup(tmp_path, chain_mlp)
+    found = fall_back(result, score, score(result.model) + 3, min_gain=2.5)
+    assert found.result.group_cost == "" and summarize(found.result)["group_cost"] == ""
 
 
 def test_a_step_the_runtime_cannot_compile_is_passed_over_for_the_next(tmp_path, monkeypatch):

@@ -36,6 +36,7 @@ def test_a_packaged_model_quantizes_on_a_few_samples_and_its_fidelity_is_measure
     _check_fidelity_measured(record)
     assert record["kernel_timing"].startswith("off")
     assert record["accuracy_fallback"] == []  # --keep-low-fidelity: the floor sends none back
+    assert record["group_cost"] == ""  # nor weighs a group step
     shifted = record.get("fp32_shifted_one_pixel")  # FP32 against itself, images moved a pixel
     assert (shifted is None) == model.name.startswith("all-MiniLM")  # token ids have no pixels
     assert shifted is None or 0 <= shifted["value"] <= 1
@@ -89,3 +90,4 @@ def test_ours_made_for_openvino_records_what_its_fidelity_floor_did(conv_model, 
     assert "in openvino" in made["speed_check"]
     assert set(made["accuracy_fallback"]) <= {n.name for n in int8.graph.node}
     assert made["output_sqnr_db"] >= OUTPUT_FLOOR_DB or made["accuracy_fallback"]
+    assert made["group_cost"] == "" or "the time of the model before it" in made["group_cost"]

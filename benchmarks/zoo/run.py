@@ -248,10 +248,11 @@ def made_for_openvino(
 
 
 def _fidelity_floor(summary: dict) -> dict:
-    """From the CLI's --json summary: the worst output SQNR on held-out samples, and the nodes
-    its fidelity floor sent back to FP32 for it."""
+    """From the CLI's --json summary: the worst output SQNR on held-out samples, the nodes its
+    fidelity floor sent back to FP32 for it, and what each group step it weighed cost in time."""
     return {
         "output_sqnr_db": summary["fidelity"]["output_sqnr_db_min"],
+        "group_cost": summary["group_cost"],
         "accuracy_fallback": [
             n["name"]
             for n in summary["coverage"]["fp32_nodes"]
