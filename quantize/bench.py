@@ -24,12 +24,15 @@ def compare_sessions(
     min_seconds: float = 3.0,
     rounds: int = 4,
     min_block: int = 3,
-    runtime: str = "onnxruntime",
+    runtime: str | dict[str, str] = "onnxruntime",
 ) -> dict[str, dict]:
     """Sessions of `runtime` for each model (in memory or a path) over the same `feeds`, each
-    compiled for the feeds' shapes where the runtime compiles for shapes (OpenVINO)."""
+    compiled for the feeds' shapes where the runtime compiles for shapes (OpenVINO). `runtime`
+    may instead name each model's (model name -> runtime)."""
+    runtimes = runtime if isinstance(runtime, dict) else dict.fromkeys(models, runtime)
     sessions = {
-        name: served_sessions(model, [feeds], threads, runtime)[0] for name, model in models.items()
+        name: served_sessions(model, [feeds], threads, runtimes[name])[0]
+        for name, model in models.items()
     }
     calls = {name: (lambda s=s: s.run(None, feeds)) for name, s in sessions.items()}
     return compare(calls, len(next(iter(feeds.values()))), min_seconds, rounds, min_block)

@@ -453,6 +453,8 @@ def _print_summary(s: dict, report_path: Path | None) -> None:
             "throughput",
             f"{t['fp32']['throughput']:.1f} -> {t['int8']['throughput']:.1f} samples/s ({t['speedup']:.2f}x, batch {t['int8']['batch']})",
         )
+    if s.get("openvino"):
+        facts.add_row("OpenVINO", s["openvino"]["advice"])
     if "metric" in s:
         m = s["metric"]
         facts.add_row(m["name"], f"{m['fp32']:.2f} -> {m['int8']:.2f} (drop {m['drop']:.2f})")

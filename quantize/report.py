@@ -6,15 +6,18 @@ evaluator with a `sections(fp32_model, int8_model)` method adds its own sections
 for the JSON, html for the page), e.g. the calorimeter GAN's physics plots.
 """
 
+import functools
 import html
+import importlib.util
 import json
 from collections import defaultdict
 from pathlib import Path
 
 from onnxio import write_text
 from quantize import bench
-from quantize.pipeline import QuantizeResult
+from quantize.pipeline import WIN_MARGIN, QuantizeResult
 from quantize.policy import ON_AMX_TILES
+from quantize.runtime import CompileError
 from quantize.target import host_isa, host_target
 from quantize.validate import LAYER_FLOOR_DB, OUTPUT_FLOOR_DB
 
@@ -107,15 +110,10 @@ def _kernel_timing(result: QuantizeResult) -> str:
 
 def evaluate(summary: dict, result: QuantizeResult, evaluator=None, seconds: float = 3.0) -> dict:
     """The summary plus throughput FP32 vs INT8 on a held-out batch at the served batch size and,
-    if given, the task metric."""
+    if given, the task metric. A model made for ONNX Runtime is timed in OpenVINO too, where it
+    is installed (`openvino`)."""
     report = dict(summary, isa=host_isa())
-    speed = bench.compare_sessions(
-        {"fp32": result.fp32_model, "int8": result.model},
-        result.served_feeds,
-        result.options.threads,
-        seconds,
-        runtime=result.recipe.runtime,
-    )
+    speed, report["openvino"] = _throughput(result, seconds)
     report["throughput"] = dict(
         speed, speedup=speed["int8"]["throughput"] / speed["fp32"]["throughput"]
     )
@@ -132,6 +130,48 @@ def evaluate(summary: dict, result: QuantizeResult, evaluator=None, seconds: flo
         if hasattr(evaluator, "sections"):
             report["sections"] = evaluator.sections(result.fp32_model, result.model)
     return report
+
+
+def _throughput(result: QuantizeResult, seconds: float) -> tuple[dict, dict | None]:
+    """FP32 and INT8 timed in the recipe's runtime and, for ONNX Runtime's model, the same INT8
+    model in OpenVINO, interleaved with them: what OpenVINO would make of it (`openvino`)."""
+    models = {"fp32": result.fp32_model, "int8": result.model}
+    runtimes = dict.fromkeys(models, result.recipe.runtime)
+    timed = functools.partial(
+        bench.compare_sessions, feeds=result.served_feeds, threads=result.options.threads
+    )
+    if result.recipe.runtime != "onnxruntime":
+        return timed(models, min_seconds=seconds, runtime=runtimes), None
+    if importlib.util.find_spec("openvino") is None:
+        return timed(models, min_seconds=seconds, runtime=runtimes), {
+            "advice": "not timed in OpenVINO: it is not installed (pip install openvino)"
+        }
+    try:
+        speed = timed(
+            {**models, "int8_openvino": result.model},
+            min_seconds=1.5 * seconds,
+            runtime={**runtimes, "int8_openvino": "openvino"},
+        )
+    except CompileError as error:
+        return timed(models, min_seconds=seconds, runtime=runtimes), {"advice": str(error)}
+    in_openvino = speed.pop("int8_openvino")
+    return speed, openvino_offer(in_openvino, speed["int8"])
+
+
+def openvino_offer(in_openvino: dict, in_onnxruntime: dict) -> dict:
+    """The INT8 model's speed in OpenVINO over ONNX Runtime, and `--runtime openvino` offered
+    where OpenVINO runs it WIN_MARGIN faster: made for OpenVINO, a model runs there in the form
+    its kernels run fastest, at least as fast (docs/peers.md)."""
+    ratio = in_openvino["throughput"] / in_onnxruntime["throughput"]
+    if ratio >= 1 + WIN_MARGIN:
+        advice = (
+            f"OpenVINO runs this INT8 model {ratio:.2f}x as fast as ONNX Runtime on this CPU: "
+            "if you can serve with OpenVINO, quantize with --runtime openvino, which makes it "
+            "for OpenVINO and measures its fidelity there"
+        )
+    else:
+        advice = f"OpenVINO runs this INT8 model {ratio:.2f}x as fast: ONNX Runtime is the one here"
+    return {"throughput": in_openvino, "over_onnxruntime": ratio, "advice": advice}
 
 
 def write(report: dict, html_path: Path) -> Path:
@@ -173,6 +213,8 @@ def _html(r: dict) -> str:
         )
     rows.append(f"<tr><th>weights</th><td colspan=3>{e(weights_text(r['weights']))}</td></tr>")
     rows.append(f"<tr><th>speed check</th><td colspan=3>{e(r['speed_check'])}</td></tr>")
+    if r.get("openvino"):
+        rows.append(f"<tr><th>OpenVINO</th><td colspan=3>{e(r['openvino']['advice'])}</td></tr>")
     rows.append(f"<tr><th>bias correction</th><td colspan=3>{e(r['bias_correction'])}</td></tr>")
     rows.append(f"<tr><th>smoothing</th><td colspan=3>{e(r['smoothing'])}</td></tr>")
     if r["group_cost"]:

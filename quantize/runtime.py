@@ -128,7 +128,10 @@ class OpenVINOSession:
         profile: bool = False,
     ):
         ov = openvino()
-        read = model if isinstance(model, ov.Model) else openvino_model(model)
+        try:
+            read = model if isinstance(model, ov.Model) else openvino_model(model)
+        except RuntimeError as error:  # an op its ONNX reader has no conversion for
+            raise CompileError(f"OpenVINO cannot read the model: {_last_line(error)}") from error
         if shapes is not None:
             read = read.clone()
             read.reshape({name: list(shape) for name, shape in shapes.items()})
@@ -144,8 +147,7 @@ class OpenVINOSession:
         try:
             self._compiled = ov.Core().compile_model(read, "CPU", config)
         except RuntimeError as error:
-            lines = [line for line in str(error).splitlines() if line.strip()]
-            raise CompileError(f"OpenVINO cannot compile the model: {lines[-1]}") from error
+            raise CompileError(f"OpenVINO cannot compile the model: {_last_line(error)}") from error
         self._request = self._compiled.create_infer_request()
 
     def run(self, output_names: None, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -171,6 +173,10 @@ class OpenVINOSession:
 
     def get_modelmeta(self) -> ModelMeta:
         return ModelMeta(self._metadata)
+
+
+def _last_line(error: Exception) -> str:
+    return [line for line in str(error).splitlines() if line.strip()][-1]
 
 
 def _port(port) -> Port:

@@ -11,7 +11,14 @@ import pytest
 from graphs import conv_net, images
 
 from quantize import Recipe, keep_fp32_unless_faster, quantize
-from quantize.runtime import OpenVINOSession, runtime_session, served_sessions, session
+from quantize.report import openvino_offer
+from quantize.runtime import (
+    CompileError,
+    OpenVINOSession,
+    runtime_session,
+    served_sessions,
+    session,
+)
 from quantize.validate import sqnr_db
 
 
@@ -44,6 +51,49 @@ def test_a_model_made_for_openvino_is_timed_there_and_says_so(conv_model, calib_
     )
     assert "in openvino" in report["speed_check"]
     assert report["throughput"]["int8"]["throughput"] > 0
+    assert report["openvino"] is None  # already timed there: nothing to offer
+
+
+def test_the_report_times_a_model_made_for_onnx_runtime_in_openvino_too(
+    conv_model, calib_npz, tmp_path
+):
+    run = subprocess.run(
+        [sys.executable, "-m", "quantize", str(conv_model), "--calib", str(calib_npz)]
+        + ["-o", str(tmp_path / "q.onnx"), "--report", str(tmp_path / "r.html")],
+        capture_output=True,
+        text=True,
+    )
+    assert run.returncode == 0, run.stderr
+    report = json.loads((tmp_path / "r.json").read_text())
+    offer, in_onnxruntime = report["openvino"], report["throughput"]["int8"]
+    assert offer["throughput"]["batch"] == in_onnxruntime["batch"]
+    ratio = offer["throughput"]["throughput"] / in_onnxruntime["throughput"]
+    assert offer["over_onnxruntime"] == pytest.approx(ratio)
+    assert offer["advice"].startswith(f"OpenVINO runs this INT8 model {ratio:.2f}x as fast")
+    assert "<th>OpenVINO</th>" in (tmp_path / "r.html").read_text()
+    assert "OpenVINO" in run.stdout  # the summary's row
+
+
+@pytest.mark.parametrize("ratio, offered", [(1.06, True), (1.04, False), (0.5, False)])
+def test_runtime_openvino_is_offered_only_where_openvino_runs_the_int8_model_faster(ratio, offered):
+    offer = openvino_offer({"throughput": 100.0 * ratio}, {"throughput": 100.0})
+    assert offer["over_onnxruntime"] == pytest.approx(ratio)
+    assert ("quantize with --runtime openvino" in offer["advice"]) is offered
+
+
+def test_a_model_openvino_cannot_read_is_one_compile_error_line():
+    x = onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [1, 4])
+    y = onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [1, 4])
+    unknown = onnx.helper.make_node("NoSuchOp", ["x"], ["y"], domain="com.example")
+    model = onnx.helper.make_model(
+        onnx.helper.make_graph([unknown], "g", [x], [y]),
+        opset_imports=[
+            onnx.helper.make_opsetid("", 17),
+            onnx.helper.make_opsetid("com.example", 1),
+        ],
+    )
+    with pytest.raises(CompileError, match="^OpenVINO cannot read the model: .+"):
+        OpenVINOSession(model)
 
 
 def test_the_speed_check_of_a_model_made_for_openvino_times_it_compiled_for_the_served_batch(
