@@ -10,7 +10,7 @@ import onnx
 import pytest
 from graphs import conv_net, images
 
-from quantize import Recipe, keep_fp32_unless_faster, quantize
+from quantize import Recipe, keep_fp32_unless_faster, quantize, report
 from quantize.report import openvino_offer
 from quantize.runtime import (
     CompileError,
@@ -79,6 +79,20 @@ def test_runtime_openvino_is_offered_only_where_openvino_runs_the_int8_model_fas
     offer = openvino_offer({"throughput": 100.0 * ratio}, {"throughput": 100.0})
     assert offer["over_onnxruntime"] == pytest.approx(ratio)
     assert ("quantize with --runtime openvino" in offer["advice"]) is offered
+
+
+def test_a_report_whose_model_openvino_cannot_run_says_so_and_times_it_in_onnx_runtime(
+    conv_model, calib_npz, monkeypatch
+):
+    result = quantize(conv_model, calib_npz, Recipe(kernel_timing=False))
+
+    def cannot_run(self, output_names, feeds):
+        raise RuntimeError("Exception from src/inference:\nno kernel for com.microsoft.Op")
+
+    monkeypatch.setattr(OpenVINOSession, "run", cannot_run)
+    timed = report.evaluate(report.summarize(result), result, seconds=0.2)
+    assert timed["openvino"] == {"advice": "not timed in OpenVINO: no kernel for com.microsoft.Op"}
+    assert timed["throughput"].keys() == {"fp32", "int8", "speedup"}
 
 
 def test_a_model_openvino_cannot_read_is_one_compile_error_line():
