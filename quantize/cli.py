@@ -314,10 +314,11 @@ def _say_what_fell_back(found, args: argparse.Namespace, evaluator) -> None:
                 file=sys.stderr,
             )
     elif found.score_before < found.target and not args.keep_low_fidelity:
+        groups = found.result.group_cost
         print(
             f"quantize: output SQNR {found.score_before:.1f} dB was below the {OUTPUT_FLOOR_DB:g} dB floor: "
-            f"{len(found.fp32_nodes)} node(s) back to FP32 ({', '.join(found.fp32_nodes) or 'none helped'}), "
-            f"now {found.score_after:.1f} dB",
+            f"{len(found.fp32_nodes)} node(s) back to FP32 ({', '.join(found.fp32_nodes) or 'none taken'}), "
+            f"now {found.score_after:.1f} dB" + (f"; {groups}" if groups else ""),
             file=sys.stderr,
         )
 

@@ -1,3 +1,4 @@
+import argparse
 import json
 
 import numpy as np
@@ -229,7 +230,7 @@ def test_a_group_whose_members_gain_little_alone_goes_back_shrunk_to_what_the_ta
     ],
 )
 def test_a_group_is_taken_only_if_timing_here_shows_it_costing_at_most_group_cost(
-    tmp_path, monkeypatch, costs, taken
+    tmp_path, monkeypatch, capsys, costs, taken
 ):
     result, score = _setup(tmp_path, chain_mlp)
     monkeypatch.setattr("quantize.fallback.timed_here", lambda recipe: True)
@@ -251,6 +252,10 @@ def test_a_group_is_taken_only_if_timing_here_shows_it_costing_at_most_group_cos
     assert ("a close call" in recorded) is (len(costs) == 2)
     assert recorded.endswith(": taken" if taken else ": not taken")
     assert summarize(found.result)["group_cost"] == recorded
+    # and the CLI's line on the fidelity floor says it: a group that would have lifted the score
+    # but cost too much is no longer "none helped"
+    cli._say_what_fell_back(found, argparse.Namespace(max_drop=None, keep_low_fidelity=False), None)
+    assert capsys.readouterr().err.rstrip().endswith(f"; {recorded}")
 
 
 def test_a_result_no_group_step_was_weighed_for_records_no_group_cost(tmp_path):
