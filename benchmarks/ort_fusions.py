@@ -1,7 +1,8 @@
 """`python -m benchmarks.ort_fusions`: four of ONNX Runtime's fusions on this CPU, the fused form
 against what it replaces: three transformer fusions on the activations of a served MiniLM batch
 (16 sentences of 31 tokens) and of a BERT-base one (768 wide), and the Q/DQ drop around a
-MaxPool. Decides four things:
+MaxPool; and ONNX's own Attention op against ORT's. Writes ort_fusions_TARGET. Decides five
+things:
 
 - `onnxio.cpu_session` turns ORT's SkipLayerNormFusion off: its CPU SkipLayerNormalization
   kernel is slower than the residual Add and LayerNormalization it replaces.
@@ -15,13 +16,15 @@ MaxPool. Decides four things:
   (`coverage.nchw_uint8_maxpools`): ORT drops the DequantizeLinear and QuantizeLinear around a
   MaxPool whose input and output share a scale, and away from its NHWC integer convolutions
   runs a generic uint8 kernel slower than the float MaxPool with the pair around it.
+- OnnxAttentionPass writes the attention FuseAttentionPass fused as ONNX Attention (opset 23):
+  with a padding bias ORT runs it faster than its contrib MultiHeadAttention.
 """
 
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from benchmarks.results import sized, write_results
+from benchmarks.results import for_this_cpu, sized, write_results
 from quantize.bench import compare_sessions
 from quantize.target import host_isa
 
@@ -143,6 +146,32 @@ def dequantized_maxpool(
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
+def masked_attention(width: int, heads: int, onnx_attention: bool) -> onnx.ModelProto:
+    """Self-attention of Q, K, V with an additive padding bias (batch, 1, query, key): ONNX
+    Attention at opset 23, or ORT's contrib MultiHeadAttention that FuseAttentionPass writes."""
+    bias = helper.make_tensor_value_info("bias", TensorProto.FLOAT, [ROWS[0], 1, ROWS[1], ROWS[1]])
+    node = (
+        helper.make_node(
+            "Attention", ["q", "k", "v", "bias"], ["y"], q_num_heads=heads, kv_num_heads=heads
+        )
+        if onnx_attention
+        else helper.make_node(
+            "MultiHeadAttention",
+            ["q", "k", "v", "", "", "bias"],
+            ["y"],
+            domain="com.microsoft",
+            num_heads=heads,
+        )
+    )
+    model = _model([node], ["q", "k", "v"], width, [])
+    model.graph.input.append(bias)
+    if onnx_attention:
+        del model.opset_import[:]
+        model.opset_import.append(helper.make_opsetid("", 23))
+        model.ir_version = 11
+    return model
+
+
 def _erf_gelu(x: str, y: str, half: np.ndarray) -> tuple[list, list]:
     """x * (erf(x / sqrt 2) + 1) * half, as exporters write the GELU (half = 0.5)."""
     inits = [
@@ -220,6 +249,17 @@ def cases() -> list[tuple[str, dict[str, onnx.ModelProto], dict[str, np.ndarray]
         ],
         *[
             (
+                f"self-attention with a padding bias ({width} wide, {heads} heads)",
+                {
+                    "ONNX Attention (opset 23)": masked_attention(width, heads, True),
+                    "MultiHeadAttention (ORT's contrib op)": masked_attention(width, heads, False),
+                },
+                {**tokens(width, "q", "k", "v"), "bias": _padding_bias()},
+            )
+            for width, heads in ((384, 12), (768, 12))
+        ],
+        *[
+            (
                 f"MaxPool {kernel}x{kernel}/{stride} of uint8 {' x '.join(map(str, shape))} ({where})",
                 {
                     "DequantizeLinear, float MaxPool, QuantizeLinear": dequantized_maxpool(
@@ -237,6 +277,14 @@ def cases() -> list[tuple[str, dict[str, onnx.ModelProto], dict[str, np.ndarray]
             )
         ],
     ]
+
+
+def _padding_bias() -> np.ndarray:
+    """0 over each sentence's tokens, the float32 minimum over its padding (lengths 31 down)."""
+    lengths = np.linspace(ROWS[1], ROWS[1] // 3, ROWS[0]).astype(int)
+    padded = np.arange(ROWS[1]) >= lengths[:, None]
+    bias = np.where(padded, np.finfo(np.float32).min, 0).astype(np.float32)
+    return np.broadcast_to(bias[:, None, None, :], (*ROWS[:1], 1, ROWS[1], ROWS[1])).copy()
 
 
 def main() -> None:
@@ -268,7 +316,7 @@ def main() -> None:
             ],
         ]
     )
-    write_results("ort_fusions", result, markdown)
+    write_results(for_this_cpu("ort_fusions"), result, markdown)
     print(markdown)
 
 

@@ -15,7 +15,7 @@ import onnxruntime as ort
 from onnxio.files import is_large, save_model
 
 # ORT's CPU SkipLayerNormalization kernel is slower than the residual Add and LayerNormalization
-# it fuses (benchmarks/results/ort_fusions.md), so every session leaves them unfused.
+# it fuses (benchmarks/results/ort_fusions_vnni.md), so every session leaves them unfused.
 DISABLED_OPTIMIZERS = ["SkipLayerNormFusion"]
 
 

@@ -8,7 +8,7 @@ DequantizeLinear and a QuantizeLinear, which is slower than no quantization at a
 Some uint8 kernels are slower than float ones: ORT drops the Q/DQ pair around a MaxPool and runs
 it on uint8, in NHWC (NhwcMaxPool) next to its NHWC integer convolutions, but elsewhere in a
 generic NCHW kernel several times slower than its float MaxPool with the DequantizeLinear and
-QuantizeLinear around it (`python -m benchmarks.ort_fusions`, `ort_fusions.md`).
+QuantizeLinear around it (`python -m benchmarks.ort_fusions`, `ort_fusions_vnni.md`).
 """
 
 import tempfile

@@ -221,14 +221,16 @@ PRESETS_NEEDING_MODEL = {"generator"}
 
 def preset_for(model: ir.Model) -> str:
     """The preset a graph calls for: `transformer` where it has attention (a Softmax over the
-    product of two activations, or ORT's MultiHeadAttention), a LayerNorm (fused or as
-    ReduceMean ... Sqrt) or an embedding table; else `cnn` (a classifier's final MatMul and
-    Softmax are not attention)."""
+    product of two activations, ORT's MultiHeadAttention or ONNX Attention), a LayerNorm (fused
+    or as ReduceMean ... Sqrt) or an embedding table; else `cnn` (a classifier's final MatMul
+    and Softmax are not attention)."""
     nodes = list(model.graph)
     ops = {n.op_type for n in nodes}
     embedding = any(n.op_type == "Gather" and _is_float_table(n.inputs[0]) for n in nodes)
     layer_norm = "LayerNormalization" in ops or {"ReduceMean", "Sqrt"} <= ops
-    attention = "MultiHeadAttention" in ops or any(_is_attention_softmax(n) for n in nodes)
+    attention = bool({"MultiHeadAttention", "Attention"} & ops) or any(
+        _is_attention_softmax(n) for n in nodes
+    )
     return "transformer" if embedding or layer_norm or attention else "cnn"
 
 

@@ -1,5 +1,7 @@
-"""Written-out attention becomes ORT's MultiHeadAttention in the clean-up for ONNX Runtime, with
-the same outputs; a chain that does not split the heads as attention does is left alone."""
+"""Written-out attention becomes ORT's MultiHeadAttention in the clean-up for ONNX Runtime, then
+ONNX Attention at opset 23 (OnnxAttentionPass), with the same outputs; a chain that does not
+split the heads as attention does is left alone, and a model the version converter cannot raise
+keeps MultiHeadAttention."""
 
 from collections import Counter
 
@@ -13,6 +15,7 @@ from benchmarks.zoo import minilm
 from onnxio import cpu_session
 from quantize import passes
 from quantize.frontend import load_model
+from quantize.passes import onnx_attention
 from quantize.recipe import preset_for
 
 SEQ, HEADS, HEAD_SIZE = 5, 2, 4
@@ -92,15 +95,35 @@ def cleaned(model: onnx.ModelProto, runtime: str = "onnxruntime") -> onnx.ModelP
     return ir.serde.serialize_model(passes.cleanup(ir.serde.deserialize_model(model), runtime))
 
 
-def test_written_out_attention_becomes_one_multi_head_attention_with_the_same_outputs():
+def test_written_out_attention_becomes_one_onnx_attention_with_the_same_outputs():
     model = attention_net()
     fused = cleaned(model)
-    assert op_counts(fused)["MultiHeadAttention"] == 1
+    assert op_counts(fused)["Attention"] == 1 and op_counts(fused)["MultiHeadAttention"] == 0
+    assert _default_opset(fused) == 23 and fused.ir_version >= 11
     assert not {"Softmax", "Transpose", "Reshape", "IsNaN"} & set(op_counts(fused))
+    onnx.checker.check_model(fused, full_check=True)
     feeds = padded_feeds()
     [want], [got] = (cpu_session(m).run(None, feeds) for m in (model, fused))
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     assert preset_for(ir.serde.deserialize_model(fused)) == "transformer"
+
+
+def test_a_model_the_version_converter_cannot_raise_keeps_multi_head_attention(monkeypatch):
+    def cannot(model, target_version):
+        raise RuntimeError("No Adapter For Current Version")
+
+    monkeypatch.setattr(onnx_attention.version_converter, "convert_version", cannot)
+    model = attention_net()
+    fused = cleaned(model)
+    assert op_counts(fused)["MultiHeadAttention"] == 1 and op_counts(fused)["Attention"] == 0
+    assert _default_opset(fused) == 17
+    feeds = padded_feeds()
+    [want], [got] = (cpu_session(m).run(None, feeds) for m in (model, fused))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+def _default_opset(model: onnx.ModelProto) -> int:
+    return next(o.version for o in model.opset_import if o.domain == "")
 
 
 def test_a_chain_that_does_not_split_the_heads_or_a_model_for_openvino_keeps_its_attention():
@@ -109,7 +132,8 @@ def test_a_chain_that_does_not_split_the_heads_or_a_model_for_openvino_keeps_its
         (attention_net(), "openvino"),
     ):
         kept = cleaned(model, runtime)
-        assert op_counts(kept)["MultiHeadAttention"] == 0 and op_counts(kept)["Softmax"] == 1
+        assert not {"MultiHeadAttention", "Attention"} & set(op_counts(kept))
+        assert op_counts(kept)["Softmax"] == 1 and _default_opset(kept) == 17
         feeds = padded_feeds()
         [want], [got] = (cpu_session(m).run(None, feeds) for m in (model, kept))
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
@@ -119,7 +143,7 @@ def test_a_chain_that_does_not_split_the_heads_or_a_model_for_openvino_keeps_its
 def test_each_torch_export_of_minilm_fuses_every_layer_and_computes_the_same_embeddings(model):
     path = model.build()
     fused = ir.serde.serialize_model(passes.cleanup(load_model(path)))
-    assert op_counts(fused)["MultiHeadAttention"] == 6 and op_counts(fused)["Softmax"] == 0
+    assert op_counts(fused)["Attention"] == 6 and op_counts(fused)["Softmax"] == 0
     [feeds] = model.evaluation(16)[:1]
     assert (feeds["attention_mask"] == 0).any()  # padded sentences in the batch
     exported = ir.serde.serialize_model(load_model(path))

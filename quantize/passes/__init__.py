@@ -7,7 +7,8 @@ cleanup(model)          shape inference, constant folding, written-out hard-swis
                         Conv3D -> 2D Conv, Reshapes before Transposes, Transpose merging and hoisting
                         through layout-blind ops,
                         dead nodes, and for ONNX Runtime, written-out attention -> its
-                        MultiHeadAttention
+                        MultiHeadAttention -> ONNX Attention (opset 23) where the model can be
+                        raised to that opset
 lower_to_qdq(model, p)  carry out a QuantPlan: absorb Relus, Divs by constants as Muls, fold smoothing that no INT8 node reads back
                         into the weights, insert Q/DQ pairs, a HardSwish as QLinearAdd and QLinearMul, an Add of a constant before Convs into their input's zero point, a residual Conv for chosen inputs, widen
                         chosen Conv outputs, and for ONNX Runtime, a nearest upsampling by whole
@@ -42,6 +43,7 @@ from quantize.passes.insert_qdq import InsertQDQPass
 from quantize.passes.integer_matmul_bias import IntegerMatMulBiasPass
 from quantize.passes.matmul_to_gemm import MatMulToGemmPass
 from quantize.passes.merge_transposes import MergeTransposesPass
+from quantize.passes.onnx_attention import OnnxAttentionPass
 from quantize.passes.residual_input import ResidualInputPass
 from quantize.passes.shift_into_zero_point import ShiftIntoZeroPointPass
 from quantize.passes.smooth_activations import SmoothActivationsPass
@@ -90,7 +92,9 @@ def cleanup(model: ir.Model, runtime: str = "onnxruntime") -> ir.Model:
     """The FP32 model, simplified and fully named, for `runtime`; numerically the same function
     (but where FuseAttentionPass says)."""
     for_runtime = (
-        [FuseAttentionPass(), common.RemoveUnusedNodesPass()] if runtime == "onnxruntime" else []
+        [FuseAttentionPass(), common.RemoveUnusedNodesPass(), OnnxAttentionPass()]
+        if runtime == "onnxruntime"
+        else []
     )
     passes = ir.passes.PassManager(
         [
