@@ -17,6 +17,7 @@ from onnxio import write_text
 from quantize import bench
 from quantize.pipeline import WIN_MARGIN, QuantizeResult
 from quantize.policy import ON_AMX_TILES
+from quantize.runtime import error_line
 from quantize.target import host_isa, host_target
 from quantize.validate import LAYER_FLOOR_DB, OUTPUT_FLOOR_DB
 
@@ -153,7 +154,7 @@ def _throughput(result: QuantizeResult, seconds: float) -> tuple[dict, dict | No
             in_openvino = speed.pop("int8_openvino")
             return speed, openvino_offer(in_openvino, speed["int8"])
         except RuntimeError as error:  # it cannot read, compile or run an op of ONNX Runtime's
-            why = str(error).strip().splitlines()[-1]
+            why = error_line(error)
     return timed(models, min_seconds=seconds, runtime=runtimes), {
         "advice": f"not timed in OpenVINO: {why}"
     }

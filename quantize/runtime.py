@@ -131,7 +131,7 @@ class OpenVINOSession:
         try:
             read = model if isinstance(model, ov.Model) else openvino_model(model)
         except RuntimeError as error:  # an op its ONNX reader has no conversion for
-            raise CompileError(f"OpenVINO cannot read the model: {_last_line(error)}") from error
+            raise CompileError(f"OpenVINO cannot read the model: {error_line(error)}") from error
         if shapes is not None:
             read = read.clone()
             read.reshape({name: list(shape) for name, shape in shapes.items()})
@@ -147,7 +147,7 @@ class OpenVINOSession:
         try:
             self._compiled = ov.Core().compile_model(read, "CPU", config)
         except RuntimeError as error:
-            raise CompileError(f"OpenVINO cannot compile the model: {_last_line(error)}") from error
+            raise CompileError(f"OpenVINO cannot compile the model: {error_line(error)}") from error
         self._request = self._compiled.create_infer_request()
 
     def run(self, output_names: None, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
@@ -175,8 +175,12 @@ class OpenVINOSession:
         return ModelMeta(self._metadata)
 
 
-def _last_line(error: Exception) -> str:
-    return [line for line in str(error).splitlines() if line.strip()][-1]
+def error_line(error: Exception) -> str:
+    """The last non-blank line of `error`'s message (OpenVINO's end with the cause), else its
+    type's name."""
+    return ([line for line in str(error).splitlines() if line.strip()] or [type(error).__name__])[
+        -1
+    ]
 
 
 def _port(port) -> Port:
