@@ -84,7 +84,7 @@ def main() -> None:
             }
             data.setdefault("attention_fused", {})[name] = {
                 "softmax_as_exported": _count(fp32, "Softmax"),
-                "multi_head_attention_after_cleanup": sum(
+                "fused_attention_after_cleanup": sum(
                     _count(ours.fp32_model, op) for op in ("MultiHeadAttention", "Attention")
                 ),
             }
@@ -134,7 +134,7 @@ def _markdown(d: dict) -> str:
     lines += [
         "Attention the clean-up fused (into MultiHeadAttention, then ONNX Attention): "
         + ", ".join(
-            f"{graph} {f['multi_head_attention_after_cleanup']} (Softmaxes as exported: "
+            f"{graph} {f['fused_attention_after_cleanup']} (Softmaxes as exported: "
             f"{f['softmax_as_exported']})"
             for graph, f in fused.items()
         )

@@ -10,6 +10,8 @@ kernel of MiniLM's INT8 model. A model the converter cannot raise keeps MultiHea
 import onnx_ir as ir
 from onnx import version_converter
 
+from quantize.passes.rewrite import replace_nodes
+
 ATTENTION_OPSET = 23
 ATTENTION_IR_VERSION = 11  # the IR version of opset 23
 
@@ -66,10 +68,4 @@ def _replace(graph: ir.Graph, node: ir.Node) -> None:
         ],
         name=node.name,
     )
-    graph.insert_before(node, attention)
-    output = attention.outputs[0]
-    output.type, output.shape = node.outputs[0].type, node.outputs[0].shape
-    ir.convenience.replace_all_uses_with(node.outputs[0], output, replace_graph_outputs=True)
-    if node.outputs[0].is_graph_output():
-        output.name, node.outputs[0].name = node.outputs[0].name, None
-    graph.remove(node, safe=True)
+    replace_nodes(graph, [node], attention)
