@@ -21,17 +21,14 @@ END = "<!-- results: end -->"
 
 def render() -> str:
     """The generated part of the README's Results section."""
-    resnet50 = _per_target("resnet50")
-    earlier = [stem for stem in resnet50 if "rows" not in _load(stem)]
+    resnet50 = [stem for stem in _per_target("resnet50") if "rows" in _load(stem)]
     return "\n\n".join(
         [
             _targets(_load("targets")),
-            *(_resnet50_at_224(stem, _load(stem)) for stem in earlier),
-            _resnet50([stem for stem in resnet50 if stem not in earlier]),
+            _resnet50(resnet50),
             _translator(_per_target("translator")),
             _translator_targets(_load("translator_targets")),
             _calogan(_per_target("calogan")),
-            *(_calogan_ranges(stem, _load(stem)) for stem in _per_target("calogan_ranges")),
             _calogan_targets(_load("calogan_targets")),
             _scale_out(_load("scale_out")),
             _zoo(_per_target("zoo")),
@@ -141,25 +138,6 @@ def _resnet50(stems: list[str]) -> str:
         f"top-1 on {first['accuracy_input']}; speed at batch 32, {first['threads']} threads):"
     )
     return title + "\n\n" + _across_targets(runs, labels, columns, cells, bold="int8")
-
-
-def _resnet50_at_224(stem: str, d: dict) -> str:
-    """Runs before OpenVINO, Quark and the 32x32 timings joined: one line, speed at 224x224 only."""
-    names = {
-        "int8": "**quantize INT8**",
-        "ort_quantize_static": "ORT `quantize_static`",
-        "tflite_int8": "TFLite full-integer",
-    }
-    figures = "; ".join(
-        f"{label} {d[f'{name}_throughput'] / d['fp32_clean_throughput']:.2f}x, "
-        f"top-1 {d[f'top1_{name}']:.2f} %"
-        for name, label in names.items()
-    )
-    return (
-        f"**ResNet-50, an earlier run with fewer rivals** (`python -m benchmarks.resnet50`, "
-        f"`{stem}.md`; {_where(d)}; speed at {d['speed_input']}, batch 32, x the FP32 baseline, "
-        f"whose top-1 is {d['top1_fp32_clean']:.2f} %): {figures}."
-    )
 
 
 def _translator(stems: list[str]) -> str:
@@ -281,40 +259,6 @@ def _calogan(stems: list[str]) -> str:
         "max SF shift",
     ]
     return title + "\n\n" + _across_targets(runs, labels, columns, cells, bold="int8")
-
-
-def _calogan_ranges(stem: str, d: dict) -> str:
-    from benchmarks.calogan_ranges import verdict
-
-    rows = [
-        [
-            "{:.0f}-{:.0f}".format(*r["energy_gev"]),
-            *(
-                f"{r['throughput'][name]:.1f} ({r['over_fp32_cleaned'][name]:.2f}x)"
-                for name in d["labels"]
-            ),
-            verdict(r["speed_check"]),
-        ]
-        for r in d["ranges"]
-    ]
-    title = (
-        f"**3DGAN INT8 by energy range against FP32, every range** (`{d['command']}`, `{stem}.md`; "
-        f"{_where(d)}; batch {d['batch']} at each range's middle energy; showers/s, x the FP32 "
-        "graph after clean-up):"
-    )
-    header = ["range (GeV)", *d["labels"].values(), "speed check when made"]
-    fp32_kept = [
-        r["over_fp32_cleaned"]["shipped"]
-        for r in d["ranges"]
-        if "FP32 kept" in verdict(r["speed_check"])
-    ]
-    spread = (
-        f"\n\nWhere FP32 was kept, the shipped model is the baseline's graph: its ratios "
-        f"({min(fp32_kept):.2f}x-{max(fp32_kept):.2f}x) are this run's timing spread."
-        if fp32_kept
-        else ""
-    )
-    return f"{title}\n\n{_table(header, rows, bold=-1)}{spread}"
 
 
 def _scale_out(d: dict) -> str:
