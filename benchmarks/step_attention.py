@@ -1,20 +1,25 @@
 """`python -m benchmarks.step_attention`: would a decoder step run faster with its attention
-fused into ONNX Runtime's MultiHeadAttention? FuseAttentionPass fuses the encoders' attention
-but not a step's, whose keys and values come from a cache; this measures what fusing it would
-buy before the pass takes the form.
+fused into ONNX Runtime's MultiHeadAttention, or into the ONNX Attention op? FuseAttentionPass
+fuses the encoders' attention but not a step's, whose keys and values come from a cache; this
+measures what fusing it would buy before the pass takes the form.
 
 One decoder layer's step attention, as the translator's step graph writes it (the query of one
 position reshaped to (B, H, 1, D), the cache grown by a Concat, MatMul, Softmax, MatMul; then
-cross-attention to the encoder's cached keys and values under the source padding bias), against
-the same work as two MultiHeadAttention nodes (past_key and past_value in, present out; the
-cross keys and values in their (B, H, S, D) layout), and against the written-out form over an
-INT8 cache: every cached key and value int8 (per-tensor static scales; 7 bits where the target's
-kernels saturate), the new ones quantized into it, each product a MatMulIntegerToFloat of the
-quantized query or attention weights with the int8 cache, the keys stored (B, H, D, positions) so
-that no Transpose copies them. The INT8 cache moves a quarter of the bytes; its outputs differ
-from FP32's by its rounding (the context's RMS error over its RMS, on these random feeds). The
-shapes are the translator's at two cache lengths and Transformer-base's decoder step; threads 1
-(a batcher stream) and all cores.
+cross-attention to the encoder's cached keys and values under the source padding bias), against:
+- the same work as two MultiHeadAttention nodes (past_key and past_value in, present out; the
+  cross keys and values in their (B, H, S, D) layout);
+- the same work as two ONNX Attention nodes of opset 23 (the same cache inputs and outputs; the
+  padding bias as the cross-attention's attn_mask), which ORT runs faster than
+  MultiHeadAttention on an encoder's masked self-attention (`ort_fusions`);
+- the written-out form over an INT8 cache: every cached key and value int8 (per-tensor static
+  scales; 7 bits where the target's kernels saturate), the new ones quantized into it, each
+  product a MatMulIntegerToFloat of the quantized query or attention weights with the int8
+  cache, the keys stored (B, H, D, positions) so that no Transpose copies them. It moves a
+  quarter of the bytes; its outputs differ from FP32's by its rounding (the context's RMS error
+  over its RMS, on these random feeds).
+
+The shapes are the translator's at two cache lengths and Transformer-base's decoder step;
+threads 1 (a batcher stream) and all cores.
 Writes benchmarks/results/step_attention_TARGET.{json,md}.
 """
 
@@ -26,6 +31,7 @@ from onnx import TensorProto, helper
 
 from benchmarks.results import for_this_cpu, sized, write_results
 from quantize.bench import compare
+from quantize.passes.onnx_attention import ATTENTION_IR_VERSION
 from quantize.runtime import session
 from quantize.target import host_isa, host_target, saturates
 
@@ -85,6 +91,25 @@ def fused(heads: int) -> list[onnx.NodeProto]:
         make("Reshape", ["self", "one_row"], ["cross_query3"]),
         attention(["cross_query3", "cross_key", "cross_value", "", "", "bias"], ["cross3"]),
         make("Reshape", ["cross3", "flat"], ["context"]),
+    ]
+
+
+def onnx_attention() -> list[onnx.NodeProto]:
+    make = helper.make_node
+    return [
+        *(make("Reshape", [n, "heads_one"], [f"{n}4"]) for n in ("query", "key", "value")),
+        make(
+            "Attention",
+            ["query4", "key4", "value4", "", "past_key", "past_value"],
+            ["self4", "present_key", "present_value"],
+            scale=1.0,
+        ),
+        make("Reshape", ["self4", "flat"], ["self"]),
+        make("Reshape", ["self", "heads_one"], ["cross_query4"]),
+        make(
+            "Attention", ["cross_query4", "cross_key", "cross_value", "bias"], ["cross4"], scale=1.0
+        ),
+        make("Reshape", ["cross4", "flat"], ["context"]),
     ]
 
 
@@ -217,8 +242,9 @@ def step_graph(
         [value(n) for n in OUTPUTS],
         [i for i in initializers if i.name in read],
     )
-    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
-    return helper.make_model(graph, opset_imports=opsets)
+    # opset 23 for ONNX Attention; the other forms' ops read the same there
+    opsets = [helper.make_opsetid("", 23), helper.make_opsetid("com.microsoft", 1)]
+    return helper.make_model(graph, opset_imports=opsets, ir_version=ATTENTION_IR_VERSION)
 
 
 def step_feeds(graph: onnx.ModelProto, rng: np.random.Generator) -> dict[str, np.ndarray]:
@@ -242,6 +268,7 @@ def main() -> None:
         graphs = {
             "written_out": step_graph(written_out(), shape),
             "fused": step_graph(fused(heads=shape[1]), shape),
+            "onnx_attention": step_graph(onnx_attention(), shape),
         }
         feeds = step_feeds(graphs["written_out"], rng)
         scales = cache_scales(feeds)
@@ -250,7 +277,10 @@ def main() -> None:
         context = {k: session(g).run(["context"], inputs[k])[0] for k, g in graphs.items()}
         entry = {
             "batch_heads_depth_cached_source": shape,
-            "max_abs_difference": float(np.abs(context["fused"] - context["written_out"]).max()),
+            "max_abs_difference": {
+                k: float(np.abs(context[k] - context["written_out"]).max())
+                for k in ("fused", "onnx_attention")
+            },
             "int8_cache_rms_relative_error": float(
                 np.sqrt(
                     np.mean((context["int8_cache"] - context["written_out"]) ** 2)
@@ -263,7 +293,8 @@ def main() -> None:
             speed = compare(runs, shape[0], min_seconds=sized(6, 0.45), rounds=6)
             p50 = {k: v["latency_ms_p50"] for k, v in speed.items()}
             entry[f"threads_{threads or 'all'}"] = {k: {"p50_ms": v} for k, v in p50.items()} | {
-                f"{k}_speedup": p50["written_out"] / p50[k] for k in ("fused", "int8_cache")
+                f"{k}_speedup": p50["written_out"] / p50[k]
+                for k in ("fused", "onnx_attention", "int8_cache")
             }
         data["shapes"][name] = entry
     write_results(for_this_cpu("step_attention"), data, _markdown(data))
@@ -272,23 +303,26 @@ def main() -> None:
 
 def _markdown(d: dict) -> str:
     lines = [
-        f"# A decoder step's attention: written out, as MultiHeadAttention, over an INT8 cache "
-        f"({d['isa']['cpu']}, {d['isa']['int8_gemm_path']})",
+        f"# A decoder step's attention: written out, as MultiHeadAttention, as ONNX Attention, "
+        f"over an INT8 cache ({d['isa']['cpu']}, {d['isa']['int8_gemm_path']})",
         "",
         "One layer: self-attention over the cache grown by one position, then cross-attention.",
-        "Speed-ups are over the written-out form (median latencies).",
+        "Speed-ups are over the written-out form (median latencies); max abs difference is the "
+        "context's against the written-out form's.",
         "",
         "| shape | threads | written out p50 ms | MultiHeadAttention p50 ms | speed-up "
-        "| max abs difference | INT8 cache p50 ms | speed-up | RMS error / RMS |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| max abs difference | ONNX Attention p50 ms | speed-up | max abs difference "
+        "| INT8 cache p50 ms | speed-up | RMS error / RMS |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for name, e in d["shapes"].items():
         for threads in ("1", "all"):
-            t = e[f"threads_{threads}"]
+            t, diff = e[f"threads_{threads}"], e["max_abs_difference"]
             lines.append(
                 f"| {name} | {threads} | {t['written_out']['p50_ms']:.3f} "
-                f"| {t['fused']['p50_ms']:.3f} | {t['fused_speedup']:.2f}x "
-                f"| {e['max_abs_difference']:.1e} | {t['int8_cache']['p50_ms']:.3f} "
+                f"| {t['fused']['p50_ms']:.3f} | {t['fused_speedup']:.2f}x | {diff['fused']:.1e} "
+                f"| {t['onnx_attention']['p50_ms']:.3f} | {t['onnx_attention_speedup']:.2f}x "
+                f"| {diff['onnx_attention']:.1e} | {t['int8_cache']['p50_ms']:.3f} "
                 f"| {t['int8_cache_speedup']:.2f}x | {e['int8_cache_rms_relative_error']:.3f} |"
             )
     return "\n".join(lines)
