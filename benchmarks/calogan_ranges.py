@@ -99,7 +99,7 @@ def _markdown(r: dict) -> str:
             f"{row['throughput'][name]:.1f} ({row['over_fp32_cleaned'][name]:.2f})"
             for name in r["labels"]
         )
-        lines.append(f"| {low:.0f}-{high:.0f} | {cells} | {verdict(row['speed_check'])} |")
+        lines.append(f"| {low:.0f}-{high:.0f} | {cells} | {_verdict(row['speed_check'])} |")
     lines += [
         "",
         "Each range timed at its middle energy (geometric), its models interleaved. Shipped: what "
@@ -110,7 +110,7 @@ def _markdown(r: dict) -> str:
     return "\n".join(lines)
 
 
-def verdict(speed_check: str) -> str:
+def _verdict(speed_check: str) -> str:
     """A speed check's measure and decision, short: "INT8 1.06x: INT8 kept"."""
     measured = re.search(r"INT8 [0-9.]+x", speed_check)
     kept = "FP32 kept" if speed_check.endswith(WHOLE_FP32) else "INT8 kept"

@@ -26,6 +26,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from benchmarks.results import for_this_cpu, sized, write_results
 from quantize.bench import compare_sessions
+from quantize.passes.onnx_attention import ATTENTION_IR_VERSION, ATTENTION_OPSET
 from quantize.target import host_isa
 
 ROWS = (16, 31)  # sentences, tokens
@@ -167,8 +168,8 @@ def masked_attention(width: int, heads: int, onnx_attention: bool) -> onnx.Model
     model.graph.input.append(bias)
     if onnx_attention:
         del model.opset_import[:]
-        model.opset_import.append(helper.make_opsetid("", 23))
-        model.ir_version = 11
+        model.opset_import.append(helper.make_opsetid("", ATTENTION_OPSET))
+        model.ir_version = ATTENTION_IR_VERSION
     return model
 
 

@@ -31,7 +31,7 @@ from onnx import TensorProto, helper
 
 from benchmarks.results import for_this_cpu, sized, write_results
 from quantize.bench import compare
-from quantize.passes.onnx_attention import ATTENTION_IR_VERSION
+from quantize.passes.onnx_attention import ATTENTION_IR_VERSION, ATTENTION_OPSET
 from quantize.runtime import session
 from quantize.target import host_isa, host_target, saturates
 
@@ -242,8 +242,8 @@ def step_graph(
         [value(n) for n in OUTPUTS],
         [i for i in initializers if i.name in read],
     )
-    # opset 23 for ONNX Attention; the other forms' ops read the same there
-    opsets = [helper.make_opsetid("", 23), helper.make_opsetid("com.microsoft", 1)]
+    # ONNX Attention's opset; the other forms' ops read the same there
+    opsets = [helper.make_opsetid("", ATTENTION_OPSET), helper.make_opsetid("com.microsoft", 1)]
     return helper.make_model(graph, opset_imports=opsets, ir_version=ATTENTION_IR_VERSION)
 
 
