@@ -5,8 +5,8 @@ The INT8 generators (8 energy ranges, as `python -m models.calogan quantize --ta
 them) run on an emulated CPU (../shared/tools/as-cpu avx2, qemu: MLAS takes its AVX2 kernels,
 whose u8s8 products saturate in int16, whatever the host), so this runs on any machine; accuracy
 only, emulated speed means nothing. The FP32 baseline runs natively (no integer kernel to
-saturate; qemu emulates float vectors in software). Rows: INT8 made for avx2 (7-bit weights),
-emulated and natively (the two must agree: 7-bit weights are exact on every path); INT8 made for
+saturate; qemu emulates float vectors in software). Rows: INT8 made for avx2 (paired weights),
+emulated and natively (the two must agree: paired weights are exact on both paths); INT8 made for
 vnni/amx (full-range weights) as quantize's runtime runs it on AVX2 (ORT's exact U8U8 kernels,
 with a warning), and with ORT's default kernels (what a quantizer unaware of the target meets).
 Every generator gets the same latents; the physics compares each with FP32 on them. Needs the
@@ -46,8 +46,8 @@ PER_BIN = sized(192, 16)  # 7 analysis bins: 1344 showers, about 3 minutes a gen
 THREADS = 2
 LABELS = {
     "fp32_cleaned": "FP32 after clean-up (baseline, native)",
-    "avx2": "INT8 for avx2 (weights +-64), emulated AVX2",
-    "avx2_native": "INT8 for avx2 (weights +-64), native",
+    "avx2": "INT8 for avx2 (paired weights), emulated AVX2",
+    "avx2_native": "INT8 for avx2 (paired weights), native",
     "vnni_exact": "INT8 for vnni/amx, quantize's runtime (exact U8U8 kernels), emulated AVX2",
     "vnni_default": "INT8 for vnni/amx, ORT default kernels (saturating), emulated AVX2",
 }

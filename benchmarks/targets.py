@@ -1,8 +1,8 @@
 """`python -m benchmarks.targets`: ResNet-50 INT8 made for each target, run on this CPU and on an
 emulated AVX2 CPU, against the FP32 graph INT8 starts from.
 
-Rows: FP32 as exported; FP32 after quantize's clean-up (the baseline); INT8 for avx2 (weights
-within +-64) without and with kernel timing (the CLI default); INT8 for vnni/amx (full-range
+Rows: FP32 as exported; FP32 after quantize's clean-up (the baseline); INT8 for avx2 (paired
+weights) without and with kernel timing (the CLI default); INT8 for vnni/amx (full-range
 weights, the same model for both) run with ORT's default kernels and with its exact U8U8 kernels
 (`session.x64quantprecision`, what quantize's runtime does when a full-range model meets a
 saturating CPU). Top-1 on the 10k Fashion-MNIST test images, throughput at batch 32 at the
@@ -35,7 +35,7 @@ AS_CPU = Path(__file__).resolve().parents[2] / "shared" / "tools" / "as-cpu"
 LABELS = {
     "fp32_exported": "FP32 as exported",
     "fp32_clean": "FP32 after clean-up (baseline)",
-    "avx2": "INT8 for avx2 (weights +-64)",
+    "avx2": "INT8 for avx2 (paired weights)",
     "avx2_timed": "INT8 for avx2 + kernel timing (CLI default here)",
     "vnni": "INT8 for vnni/amx (weights +-127), ORT default kernels",
     "vnni_u8u8": "INT8 for vnni/amx, ORT exact U8U8 kernels",

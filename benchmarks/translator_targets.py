@@ -6,8 +6,8 @@ kernels, whose u8s8 products saturate in int16, whatever the host), so this runs
 accuracy only, emulated speed means nothing. The FP32 baseline runs natively: it has no integer
 kernel to saturate, and qemu emulates float vector instructions in software, so the FP32 model
 emulated would take hours over the test split. Rows: FP32 after quantize's clean-up (the
-baseline); INT8 made for avx2 (7-bit weights: what `--target auto` makes on an AVX2 machine);
-INT8 made for vnni/amx (full-range weights) as quantize's runtime runs it there (ORT's exact
+baseline); INT8 made for avx2 (paired weights: what `--target auto` makes on an AVX2 machine,
+and int7 weights, within +-64, beside it); INT8 made for vnni/amx (full-range weights) as quantize's runtime runs it there (ORT's exact
 U8U8 kernels, with a warning), and with ORT's default kernels (what a quantizer unaware of the
 target meets). Greedy, the test split (packages the model never saw), bin-packed batches of
 4096 tokens. Needs `python -m models.translator build`. Writes
@@ -34,7 +34,8 @@ from quantize.recipe import Recipe
 
 LABELS = {
     "fp32_clean": "FP32 after clean-up (baseline)",
-    "avx2": "INT8 for avx2 (weights +-64)",
+    "avx2": "INT8 for avx2 (paired weights, the default)",
+    "avx2_int7": "INT8 for avx2, int7 weights (+-64)",
     "vnni_exact": "INT8 for vnni/amx, quantize's runtime (exact U8U8 kernels)",
     "vnni_default": "INT8 for vnni/amx, ORT default kernels (saturating)",
 }
@@ -51,15 +52,19 @@ def main() -> None:
     english, references = [p.english for p in test], [[p.german for p in test]]
     feeds = calibration_feeds(base, calibration_sentences())
     clean = map_graphs(base, ".clean", lambda graph, path: cleaned_fp32(path))
+    recipes = {
+        "avx2": Recipe.transformer(target="avx2"),
+        "avx2_int7": Recipe.transformer(target="avx2", weights="int7"),
+        "vnni": Recipe.transformer(target="vnni"),
+    }
     made_for = {
-        target: quantize_translator(
-            base, Recipe.transformer(target=target), feeds, suffix=f".int8-{target}"
-        )[0]
-        for target in ("avx2", "vnni")
+        name: quantize_translator(base, recipe, feeds, suffix=f".int8-{name}")[0]
+        for name, recipe in recipes.items()
     }
     native = _translations({"fp32_clean": (clean, None)}, base.tokenizer, english, emulate=False)
     int8 = {
         "avx2": (made_for["avx2"], None),
+        "avx2_int7": (made_for["avx2_int7"], None),
         "vnni_exact": (made_for["vnni"], None),
         "vnni_default": (made_for["vnni"], False),
     }

@@ -1,10 +1,11 @@
 """`python -m benchmarks.weight_formats`: the zoo's models with each weight format on this CPU.
 
 One calibration per model (its auto preset, this CPU's target, kernel timing off so that every
-format has the same INT8 nodes), lowered with each weight format this CPU runs exactly: int7 and
-uint8 where U8S8 saturates (avx2), int8, int7 and uint8 elsewhere. For each: output SQNR on the
+format has the same INT8 nodes), lowered with each weight format this CPU runs exactly: paired,
+int7 and uint8 where U8S8 saturates (avx2), and int8 too elsewhere. For each: output SQNR on the
 held-out samples, the zoo's task fidelity, and speed against the cleaned FP32 graph, all timed
-in one run. This is the evidence behind the weight choice (quantize/weight_choice.py): writes
+in one run. Every format is exact on the CPU it is run on, so its fidelity is the same on an
+avx2 CPU: on a VNNI one this measures what the avx2 formats cost against int8. This is the evidence behind the weight choice (quantize/weight_choice.py): writes
 benchmarks/results/weight_formats_TARGET.{json,md}.
 """
 
@@ -18,7 +19,10 @@ from quantize.pipeline import with_weights
 from quantize.runtime import session
 from quantize.target import WEIGHT_FORMATS, saturated_by
 
-TITLE = "# Weight formats on this CPU: int7 (U8S8) against uint8 (U8U8) and, where exact, int8"
+TITLE = (
+    "# Weight formats on this CPU: paired and int7 (U8S8) against uint8 (U8U8) and, where exact, "
+    "int8"
+)
 
 
 def formats(target: str) -> list[str]:

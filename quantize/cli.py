@@ -100,10 +100,12 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--weights",
         choices=["auto", *WEIGHT_FORMATS],
-        help="weight format: int8 (full range; vnni and amx), int7 (int8 within +-64, depthwise Convs "
-        "full range: exact and fast on avx2), "
-        "uint8 (all 8 bits, exact everywhere, ONNX Runtime's slower U8U8 kernels); auto = int8 for vnni and amx, "
-        "and for avx2 int7, or uint8 where int7 misses the accuracy goal and uint8 buys it (default: the recipe's, auto)",
+        help="weight format: int8 (full range; vnni and amx), paired (int8 whose pairs of products "
+        "fit ONNX Runtime's int16 sums: exact and fast on avx2), int7 (int8 within +-64: exact on avx2 "
+        "however a runtime pairs them), uint8 (all 8 bits, exact everywhere, ONNX Runtime's slower "
+        "U8U8 kernels); depthwise Convs full range in all; auto = int8 for vnni and amx, and for avx2 "
+        "paired (int7 in OpenVINO), or uint8 where that misses the accuracy goal and uint8 buys it "
+        "(default: the recipe's, auto)",
     )
     p.add_argument(
         "--keep-low-fidelity",

@@ -6,6 +6,8 @@ U8U8 scheme, with uint8 weights around a zero point of 128. Which, and how wide 
 be, is the weight format (`quantize.target.WEIGHT_FORMATS`).
 """
 
+from collections.abc import Callable
+
 import numpy as np
 
 from quantize.target import WeightFormat
@@ -27,25 +29,54 @@ def activation_qparams(lo: float, hi: float) -> tuple[np.float32, np.uint8]:
 
 
 def quantize_weight(
-    weight: np.ndarray, axis: int | None, fmt: WeightFormat, min_scale: np.ndarray | float = 0.0
+    weight: np.ndarray,
+    axis: int | None,
+    fmt: WeightFormat,
+    min_scale: np.ndarray | float = 0.0,
+    reduction: Callable[[np.ndarray], np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Weights in the format `fmt`, zero point +- qmax (symmetric: the negated range is
     representable too), with float32 scales of at least `min_scale` and their zero points, per
-    channel along `axis` (or one scale if None)."""
+    channel along `axis` (or one scale if None). A format with a pair limit needs `reduction`: a
+    weight-shaped array as the kernel reduces it, a row per channel in its order (any rows if
+    one scale)."""
     qmax = fmt.qmax
     if axis is None:
         peak = np.abs(weight).max(keepdims=True).reshape(())
     else:
         reduce = tuple(i for i in range(weight.ndim) if i != axis)
         peak = np.abs(weight).max(axis=reduce)
-    scale = np.maximum(np.where(peak > 0, peak / qmax, 1.0), min_scale).astype(np.float32)
+    scale = np.where(peak > 0, peak / qmax, 1.0)
+    if fmt.pair_limit:
+        scale = _pair_scale(reduction(weight), peak, fmt.pair_limit)
+    scale = np.maximum(scale, min_scale).astype(np.float32)
     shaped = (
         scale
         if axis is None
         else scale.reshape([-1 if i == axis else 1 for i in range(weight.ndim)])
     )
-    q = np.clip(np.round(weight / shaped), -qmax, qmax) + fmt.zero_point
+    q = np.clip(np.round(weight / shaped), -qmax, qmax)
+    if fmt.pair_limit:
+        assert _pair_peak(reduction(q)).max(initial=0) <= fmt.pair_limit, "a pair past the limit"
+    q += fmt.zero_point
     return q.astype(fmt.dtype), scale, np.full(scale.shape, fmt.zero_point, fmt.dtype)
+
+
+def _pair_scale(rows: np.ndarray, peak: np.ndarray, limit: int) -> np.ndarray:
+    """Per row (or one for all if `peak` is a scalar): the finer of the scale that keeps every
+    weight within limit / 2, which any pairing allows, and the largest pair's over limit - 1,
+    which leaves room for both weights of a pair rounding up."""
+    pairs = _pair_peak(rows)
+    pairs = pairs if peak.ndim else pairs.max(initial=0.0)
+    return np.where(peak > 0, np.minimum(peak / (limit // 2), pairs / (limit - 1)), 1.0)
+
+
+def _pair_peak(rows: np.ndarray) -> np.ndarray:
+    """Each row's largest |r[2j]| + |r[2j + 1]|."""
+    magnitude = np.abs(rows.reshape(len(rows), -1).astype(np.float64))
+    if magnitude.shape[1] % 2:
+        magnitude = np.pad(magnitude, ((0, 0), (0, 1)))
+    return magnitude.reshape(len(magnitude), -1, 2).sum(-1).max(-1, initial=0.0)
 
 
 def bias_weight_scale_floor(bias: np.ndarray, input_scale: np.float32) -> np.ndarray:

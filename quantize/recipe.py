@@ -25,17 +25,19 @@ RECIPE_KEY = "quantize.recipe"
 
 # The transformer preset's alpha with 8-bit weights, chosen on the translator's BLEU and
 # MiniLM's embeddings. int7 weights have half the levels for what smoothing moves into them, and
-# MiniLM's best alpha moves lower (benchmarks/results/smoothing_alpha_avx2.md): there `auto`
-# takes the one of INT7_ALPHAS whose model has the best held-out output SQNR.
+# MiniLM's best alpha moves lower (benchmarks/results/smoothing_alpha_avx2.md): with the avx2
+# formats (NARROW_WEIGHTS, fewer levels than int8's) `auto` takes the one of NARROW_ALPHAS whose
+# model has the best held-out output SQNR.
 AUTO_ALPHA = 0.8
-INT7_ALPHAS = (0.6, 0.7, 0.8)
+NARROW_ALPHAS = (0.6, 0.7, 0.8)
+NARROW_WEIGHTS = ("paired", "int7")
 
 
 @dataclass(frozen=True)
 class SmoothQuant:
     """Move activation outliers into the weights of the GEMMs that read them
     (quantize/passes/smooth_activations.py); `alpha` is the share moved, or `auto`: AUTO_ALPHA,
-    or with int7 weights the best of INT7_ALPHAS on the held-out samples."""
+    or with NARROW_WEIGHTS the best of NARROW_ALPHAS on the held-out samples."""
 
     alpha: float | str = "auto"
 
@@ -49,7 +51,7 @@ class SmoothQuant:
         """The alphas to try for a model with `weights`: one unless `auto` has a choice."""
         if self.alpha != "auto":
             return (self.alpha,)
-        return INT7_ALPHAS if weights == "int7" else (AUTO_ALPHA,)
+        return NARROW_ALPHAS if weights in NARROW_WEIGHTS else (AUTO_ALPHA,)
 
 
 @dataclass(frozen=True)
@@ -76,8 +78,9 @@ class Recipe:
     target: str = (
         "auto"  # the CPU's INT8 path the model is made for: auto (this machine) | avx2 | vnni | amx
     )
-    # auto | int8 | int7 | uint8 (quantize/target.py); auto: int8 for vnni and amx, and for avx2
-    # int7, or uint8 where int7 misses the accuracy goal and uint8 buys it (quantize/weight_choice.py)
+    # auto | int8 | paired | int7 | uint8 (quantize/target.py); auto: int8 for vnni and amx, and for
+    # avx2 paired (int7 in OpenVINO), or uint8 where that misses the accuracy goal and uint8 buys
+    # it (quantize/weight_choice.py)
     weights: str = "auto"
     activation_matmuls: bool = True  # also MatMuls of two activations (attention scores, context)
     kernel_timing: bool = True  # on this machine's target, keep FP32 the Convs/GEMMs whose INT8 kernel measures slower
@@ -92,17 +95,19 @@ class Recipe:
             raise ValueError(
                 f"unknown target {self.target!r}; choose from auto, {', '.join(TARGETS)}"
             )
-        if self.weights != "auto":
-            check_weights(self.weights, "vnni" if self.target == "auto" else self.target)
         if self.runtime not in RUNTIMES:
             raise ValueError(f"unknown runtime {self.runtime!r}; choose from {', '.join(RUNTIMES)}")
+        if self.weights != "auto":
+            check_weights(
+                self.weights, "vnni" if self.target == "auto" else self.target, self.runtime
+            )
 
     def resolved(self) -> "Recipe":
         """The target and weight format named: `auto` is this machine's target and that
         target's first weight format; ValueError if the weights would saturate there."""
         target = resolve(self.target)
-        weights = default_weights(target) if self.weights == "auto" else self.weights
-        check_weights(weights, target)
+        weights = default_weights(target, self.runtime) if self.weights == "auto" else self.weights
+        check_weights(weights, target, self.runtime)
         return replace(self, target=target, weights=weights)
 
     @classmethod

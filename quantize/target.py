@@ -8,18 +8,25 @@ MLAS, ORT's kernel library, reads CPUID once at start-up and picks its U8S8 GEMM
            *saturating int16*; 255 * 127 * 2 = 64770 overflows, so full-range int8 weights
            silently lose accuracy
 
-Weights come in three formats (`WEIGHT_FORMATS`):
+Weights come in four formats (`WEIGHT_FORMATS`):
 
-    int8   int8 in [-127, 127]: U8S8 kernels, exact on vnni and amx, saturating on avx2
-    int7   int8 in [-64, 64]: 255 * 64 * 2 = 32640 fits an int16, so every x86 U8S8 kernel is
-           exact (ORT's own weight conversion for AVX2 treats the same range as safe)
-    uint8  uint8 in 128 +- 127: ORT runs them with its U8U8 kernels, which widen to int16 before
-           multiplying: all 8 bits, exact on every CPU, slower than U8S8
+    int8    int8 in [-127, 127]: U8S8 kernels, exact on vnni and amx, saturating on avx2
+    paired  int8 in [-127, 127] whose pairs that `vpmaddubsw` multiplies together sum to at most
+            128 in magnitude: 255 * 128 = 32640 fits an int16, so MLAS's U8S8 kernels are exact.
+            MLAS pairs reduction index 2j with 2j + 1, the reduction of a Conv running over its
+            kernel positions with the input channels innermost (its filter reorder and the
+            channel packing of its symmetric kernels). Each channel's scale is the finer of
+            int7's and its largest pair's / 127
+    int7    int8 in [-64, 64]: 255 * 64 * 2 = 32640 fits an int16 however the kernel pairs the
+            products (ORT's own weight conversion for AVX2 treats the same range as safe): for
+            runtimes that pair otherwise (OpenVINO's oneDNN)
+    uint8   uint8 in 128 +- 127: ORT runs them with its U8U8 kernels, which widen to int16 before
+            multiplying: all 8 bits, exact on every CPU, slower than U8S8
 
-`vnni` and `amx` models use int8. An `avx2` model uses int7 or uint8, chosen per model
-(quantize/weight_choice.py): int7 is faster, uint8 more accurate. A depthwise Conv's int7
-weights are full int8: MLAS's depthwise kernel widens to int16 before it multiplies
-(quantize/passes/insert_qdq.py, `weight_format`).
+`vnni` and `amx` models use int8. An `avx2` model uses paired (int7 for OpenVINO) or uint8,
+chosen per model (quantize/weight_choice.py): the first is faster, uint8 more accurate. A
+depthwise Conv's weights are full int8 in every format with a zero point of 0: MLAS's depthwise
+kernel widens to int16 before it multiplies (quantize/passes/insert_qdq.py, `weight_format`).
 
 The path is read from CPUID, as MLAS reads it (so a CPU emulated by qemu reports the emulated
 path, where /proc/cpuinfo would report the host's), and confirmed by a behavioural probe: a
@@ -47,33 +54,43 @@ class WeightFormat:
     qmax: int  # the largest |weight - zero point|
     zero_point: int  # 0 for int8 weights; 128 for uint8 ones
     dtype: type
+    pair_limit: int = 0  # the largest |w[2j]| + |w[2j + 1]| along the reduction, if bounded
 
 
 WEIGHT_FORMATS = {
     "int8": WeightFormat("int8", 127, 0, np.int8),
     "int7": WeightFormat("int7", 64, 0, np.int8),
     "uint8": WeightFormat("uint8", 127, 128, np.uint8),
+    "paired": WeightFormat("paired", 127, 0, np.int8, pair_limit=128),
 }
 
 # ORT's session option that swaps U8S8 kernels for exact (slower) U8U8 ones on a saturating CPU.
 EXACT_U8U8_OPTION = "session.x64quantprecision"
 
 
-def default_weights(target: str) -> str:
-    """The weight format a model for `target` starts from: the fastest that is exact there."""
-    return "int7" if saturates(target) else "int8"
+def default_weights(target: str, runtime: str = "onnxruntime") -> str:
+    """The weight format a model for `target` starts from: the finest of the fastest formats
+    that are exact there, in `runtime`'s kernels."""
+    if not saturates(target):
+        return "int8"
+    return "paired" if runtime == "onnxruntime" else "int7"
 
 
-def check_weights(weights: str, target: str) -> None:
-    """ValueError if a model for `target` cannot hold `weights` exactly."""
+def check_weights(weights: str, target: str, runtime: str = "onnxruntime") -> None:
+    """ValueError if a model for `target` run in `runtime` cannot hold `weights` exactly."""
     if weights not in WEIGHT_FORMATS:
         raise ValueError(
             f"unknown weight format {weights!r}; choose from auto, {', '.join(WEIGHT_FORMATS)}"
         )
+    if WEIGHT_FORMATS[weights].pair_limit and runtime != "onnxruntime" and saturates(target):
+        raise ValueError(
+            f"paired weights follow ONNX Runtime's pairing of products; {runtime} on the "
+            f"{target} target may pair them otherwise: choose int7 or uint8 weights"
+        )
     if saturated_by(weights, target):
         raise ValueError(
             f"full-range int8 weights saturate in the {target} target's kernels; "
-            "choose int7 or uint8 weights"
+            "choose paired, int7 or uint8 weights"
         )
 
 

@@ -12,7 +12,7 @@ import onnx
 import pytest
 from graphs import images
 
-from quantize.recipe import AUTO_ALPHA, INT7_ALPHAS, Recipe
+from quantize.recipe import AUTO_ALPHA, NARROW_ALPHAS, NARROW_WEIGHTS, Recipe
 from quantize.target import host_target, saturates
 
 
@@ -266,10 +266,10 @@ def test_for_avx2_the_weight_format_is_chosen_and_said_unless_named(
         return json.loads(run.stdout)["weights"], run.stderr
 
     weights, stderr = made("-o", tmp_path / "a.onnx", "--no-kernel-timing")
-    assert weights["format"] == "int7" and weights["choice"].startswith(
-        "int7 met the accuracy goal ("
+    assert weights["format"] == "paired" and weights["choice"].startswith(
+        "paired met the accuracy goal ("
     )
-    assert f"quantize: int7 weights: {weights['choice']}" in stderr
+    assert f"quantize: paired weights: {weights['choice']}" in stderr
     weights, stderr = made("-o", tmp_path / "b.onnx", "--no-kernel-timing", "--weights", "uint8")
     assert weights == {"format": "uint8", "choice": "", "amx_tile_convs": 0}
     assert "weights:" not in stderr
@@ -319,10 +319,10 @@ def test_auto_preset_picks_the_transformer_recipe_for_attention_and_cnn_otherwis
     assert {"Add", "Mul"} <= set(overrides["fp32_outside_convs"])  # the preset's
     assert overrides["fp32"] == ["query"]  # the user's
     assert summaries["cnn"]["recipe"]["overrides"]["fp32"] == []
-    # the preset's alpha is auto: a number in the model's recipe, chosen where weights are int7
+    # the preset's alpha is auto: a number in the model's recipe, chosen where weights are narrow
     alpha = summaries["attention"]["recipe"]["smoothing"]["alpha"]
-    int7 = summaries["attention"]["recipe"]["weights"] == "int7"
-    assert alpha in (INT7_ALPHAS if int7 else (AUTO_ALPHA,))
+    narrow = summaries["attention"]["recipe"]["weights"] in NARROW_WEIGHTS
+    assert alpha in (NARROW_ALPHAS if narrow else (AUTO_ALPHA,))
     assert summaries["attention"]["smoothing"].startswith(f"alpha {alpha:g}")
     assert (
         summaries["cnn"]["recipe"]["smoothing"] is None and summaries["cnn"]["smoothing"] == "off"

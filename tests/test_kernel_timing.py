@@ -189,7 +189,7 @@ BOUNDARIES = [kernel_timing.Boundaries(i, o) for i in (True, False) for o in (Tr
 
 
 @pytest.mark.parametrize("boundaries", BOUNDARIES, ids=lambda b: f"uint8 in {b[0]}, out {b[1]}")
-@pytest.mark.parametrize("weights", ["int7", "uint8"])
+@pytest.mark.parametrize("weights", ["paired", "int7", "uint8"])
 @pytest.mark.parametrize("op_type", ["Conv", "Gemm"])
 def test_the_timed_int8_model_fuses_into_an_integer_kernel_and_the_fp32_one_does_not(
     op_type, weights, boundaries

@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 from quantize import NodeOverrides, Recipe, SmoothQuant, passes, quantize
 from quantize.passes.smooth_activations import smoothing_scales
 from quantize.pipeline import keep_fp32
-from quantize.recipe import AUTO_ALPHA, INT7_ALPHAS
+from quantize.recipe import AUTO_ALPHA, NARROW_ALPHAS
 from quantize.runtime import session
 from quantize.validate import run_with_outputs
 
@@ -186,10 +186,10 @@ def test_auto_alpha_takes_the_best_held_out_sqnr_among_its_candidates_with_int7_
 ):
     auto = _quantized_outlier_net(SmoothQuant("auto"), "int7")
     chosen = auto.recipe.smoothing.alpha
-    fixed = {a: _quantized_outlier_net(SmoothQuant(a), "int7") for a in INT7_ALPHAS}
+    fixed = {a: _quantized_outlier_net(SmoothQuant(a), "int7") for a in NARROW_ALPHAS}
     sqnr = {a: r.output_sqnr_db["y"] for a, r in fixed.items()}
-    assert chosen in INT7_ALPHAS and sqnr[chosen] == max(sqnr.values()) > min(sqnr.values())
-    monkeypatch.setattr("quantize.recipe.INT7_ALPHAS", INT7_ALPHAS[::-1])  # not by its place
+    assert chosen in NARROW_ALPHAS and sqnr[chosen] == max(sqnr.values()) > min(sqnr.values())
+    monkeypatch.setattr("quantize.recipe.NARROW_ALPHAS", NARROW_ALPHAS[::-1])  # not by its place
     assert _quantized_outlier_net(SmoothQuant("auto"), "int7").recipe.smoothing.alpha == chosen
     assert auto.output_sqnr_db["y"] == pytest.approx(sqnr[chosen], abs=1e-6)
     assert auto.smoothing.startswith(f"alpha {chosen:g}, the best held-out output SQNR")

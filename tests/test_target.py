@@ -22,6 +22,18 @@ from quantize.validate import sqnr_db
 AS_CPU = Path(__file__).resolve().parents[2] / "shared" / "tools" / "as-cpu"
 
 
+def run_as_avx2(script: str, *args) -> subprocess.CompletedProcess:
+    """`python -c script args` on qemu's AVX2-only CPU, with this project importable."""
+    return subprocess.run(
+        [str(AS_CPU), "avx2", sys.executable, "-c", script, *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=Path(__file__).parents[1],
+        env=dict(os.environ, PYTHONPATH=str(Path(__file__).parents[1])),
+    )
+
+
 def saturating_net(group: int = 1, out_channels: int = 8) -> onnx.ModelProto:
     """A Conv of same-signed weights over inputs in [0, 1]: with full-range int8 weights, most
     pairs of u8 x s8 products exceed an int16, so a saturating kernel visibly goes wrong."""
@@ -60,10 +72,17 @@ def test_the_cpu_is_named_with_its_family_and_model():
 
 
 def test_weight_formats_per_target():
-    assert target.default_weights("avx2") == "int7"
+    assert target.default_weights("avx2") == "paired"
+    assert target.default_weights("avx2", runtime="openvino") == "int7"
     assert target.default_weights("vnni") == target.default_weights("amx") == "int8"
-    int8, int7, uint8 = (target.WEIGHT_FORMATS[f] for f in ("int8", "int7", "uint8"))
+    int8, paired, int7, uint8 = (
+        target.WEIGHT_FORMATS[f] for f in ("int8", "paired", "int7", "uint8")
+    )
     assert 255 * int7.qmax * 2 <= np.iinfo(np.int16).max < 255 * int8.qmax * 2
+    assert 255 * paired.pair_limit <= np.iinfo(np.int16).max and paired.qmax == int8.qmax
+    assert Recipe(target="avx2", runtime="openvino").resolved().weights == "int7"
+    with pytest.raises(ValueError, match="openvino on the avx2 target may pair them otherwise"):
+        Recipe(target="avx2", weights="paired", runtime="openvino")
     assert uint8.zero_point - uint8.qmax >= 0 and uint8.zero_point + uint8.qmax <= 255
     with pytest.raises(ValueError, match="unknown target 'sse'"):
         target.default_weights("sse")
@@ -92,7 +111,8 @@ def test_cpuid_reads_what_the_kernel_reports_and_the_probe_agrees_with_the_targe
 @pytest.mark.parametrize(
     "made_for, weights, dtype, lo, hi",
     [
-        ("avx2", "auto", np.int8, -64, 64),
+        ("avx2", "int7", np.int8, -64, 64),
+        ("avx2", "auto", np.int8, None, None),  # paired: within +-127, each pair within 128
         ("vnni", "auto", np.int8, -127, 127),
         ("amx", "auto", np.int8, -127, 127),
         ("avx2", "uint8", np.uint8, 1, 255),
@@ -111,8 +131,13 @@ def test_a_model_keeps_its_weight_format_and_records_it_with_the_target(
     )
     quantized = quantized_weights(result.model)
     assert len(quantized) == 3 and all(w.dtype == dtype for w in quantized)
-    # each channel's largest weight lands on an edge of the range
-    assert min(w.min() for w in quantized) == lo and max(w.max() for w in quantized) == hi
+    if lo is None:
+        assert result.recipe.weights == "paired"
+        for w in quantized:
+            assert np.abs(w).max() <= 127
+            assert pair_sums(np.moveaxis(w, 1, -1).reshape(len(w), -1)).max() <= 128
+    else:  # each channel's largest weight lands on an edge of the range
+        assert min(w.min() for w in quantized) == lo and max(w.max() for w in quantized) == hi
     metadata = {p.key: p.value for p in result.model.metadata_props}
     recorded = json.loads(metadata["quantize.recipe"])
     assert metadata["quantize.target"] == recorded["target"] == made_for
@@ -128,11 +153,15 @@ def test_only_a_depthwise_conv_keeps_full_int8_weights_in_an_avx2_model(tmp_path
         tmp_path / "x.npy",
         np.random.default_rng(0).uniform(0, 1, (32, 16, 8, 8)).astype(np.float32),
     )
-    for out_channels, peak in ((16, 127), (32, 64)):
+    for out_channels in (16, 32):
         onnx.save(saturating_net(group=16, out_channels=out_channels), str(tmp_path / "g.onnx"))
         recipe = Recipe(target="avx2", kernel_timing=False)
-        model = quantize(tmp_path / "g.onnx", tmp_path / "x.npy", recipe).model
-        assert max(np.abs(w).max() for w in quantized_weights(model)) == peak
+        (w,) = quantized_weights(quantize(tmp_path / "g.onnx", tmp_path / "x.npy", recipe).model)
+        largest_pair = pair_sums(np.moveaxis(w, 1, -1).reshape(len(w), -1)).max()
+        if out_channels == 16:  # depthwise: full int8, pairs unbounded
+            assert np.abs(w).max() == 127 and largest_pair > 128
+        else:
+            assert largest_pair <= 128
 
 
 def test_auto_is_this_machines_target(conv_model, calib_npz):
@@ -235,22 +264,11 @@ def test_under_avx2_emulation_the_avx2_model_is_exact_and_a_vnni_model_is_caught
         source = tmp_path / ("depthwise.onnx" if name == "avx2_depthwise" else "s.onnx")
         model = quantize(source, tmp_path / "x.npy", recipe).model
         onnx.save(model, str(tmp_path / f"{name}.onnx"))
-    run = subprocess.run(
-        [
-            str(AS_CPU),
-            "avx2",
-            sys.executable,
-            "-c",
-            EMULATED_RUN,
-            str(tmp_path / "x.npy"),
-            str(tmp_path / "out.npz"),
-            *(f"{name}={tmp_path / name}.onnx" for name in recipes),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=Path(__file__).parents[1],
-        env=dict(os.environ, PYTHONPATH=str(Path(__file__).parents[1])),
+    run = run_as_avx2(
+        EMULATED_RUN,
+        tmp_path / "x.npy",
+        tmp_path / "out.npz",
+        *(f"{name}={tmp_path / name}.onnx" for name in recipes),
     )
     assert run.returncode == 0, run.stderr[-2000:]
     report = json.loads(run.stdout.strip().splitlines()[-1])
@@ -275,3 +293,122 @@ def test_under_avx2_emulation_the_avx2_model_is_exact_and_a_vnni_model_is_caught
         str(tmp_path / "avx2_depthwise.onnx"), in_float, providers=["CPUExecutionProvider"]
     ).run(None, {"x": x})[0]  # DequantizeLinear, float Conv, QuantizeLinear: no integer kernel
     assert sqnr_db(unfused, out["avx2_depthwise"]) > 40
+
+
+def alternating_net(kind: str) -> tuple[onnx.ModelProto, np.ndarray]:
+    """A Conv or MatMul whose weights, along the reduction in MLAS's order, run large, small,
+    small, large, and an input in [0, 1]: each pair the kernel multiplies together holds one
+    large weight, so paired weights may pass int7's +-64, and any other pairing would put two
+    large ones together and saturate. `conv16` takes MLAS's symmetric Conv kernel (input channels
+    a multiple of 4), `conv3` its im2col GEMM (pairs span kernel positions), `matmul` its GEMM."""
+    rng = np.random.default_rng(5)
+    channels, k = {"conv16": (16, 9 * 16), "conv3": (16, 9 * 3), "matmul": (16, 32)}[kind]
+    pattern = np.array([1.0, 0.05, 0.05, 1.0])[np.arange(k) % 4]
+    rows = pattern * rng.uniform(0.9, 1.0, (channels, k))
+    if kind == "matmul":
+        weight, x_shape, y_shape = rows.T, [32, 32], ["N", channels]
+        node = helper.make_node("MatMul", ["x", "w"], ["y"], name="matmul")
+    else:
+        in_channels = k // 9
+        weight = np.moveaxis(rows.reshape(channels, 3, 3, in_channels), -1, 1)
+        x_shape, y_shape = [32, in_channels, 8, 8], ["N", channels, 8, 8]
+        node = helper.make_node("Conv", ["x", "w"], ["y"], pads=[1, 1, 1, 1], name="conv")
+    graph = helper.make_graph(
+        [node],
+        kind,
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", *x_shape[1:]])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, y_shape)],
+        [numpy_helper.from_array(weight.astype(np.float32), "w")],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    x = np.random.default_rng(0).uniform(0, 1, x_shape).astype(np.float32)
+    return model, x
+
+
+def pair_sums(rows: np.ndarray, shift: int = 0) -> np.ndarray:
+    """|r[2j + shift]| + |r[2j + 1 + shift]| of each row, zero-padded to whole pairs."""
+    rows = np.abs(rows[:, shift:].astype(int))
+    rows = np.pad(rows, ((0, 0), (0, rows.shape[1] % 2)))
+    return rows.reshape(len(rows), -1, 2).sum(-1)
+
+
+def reduction_rotated(model: onnx.ModelProto) -> onnx.ModelProto:
+    """`model` with its integer weights moved one step along the reduction (MLAS's order), so
+    that the kernel pairs each weight with its other neighbour."""
+    rotated = onnx.ModelProto()
+    rotated.CopyFrom(model)
+    for init in rotated.graph.initializer:
+        if init.name.endswith("_weight_quantized"):
+            q = numpy_helper.to_array(init)
+            if q.ndim == 4:
+                q = np.moveaxis(
+                    np.roll(np.moveaxis(q, 1, -1).reshape(len(q), -1), 1, axis=1).reshape(
+                        q.shape[0], *q.shape[2:], q.shape[1]
+                    ),
+                    -1,
+                    1,
+                )
+            else:
+                q = np.roll(q, 1, axis=0)
+            init.CopyFrom(numpy_helper.from_array(np.ascontiguousarray(q), init.name))
+    return rotated
+
+
+PLAIN_RUNS = """
+import sys
+import numpy as np, onnxruntime as ort
+feeds, out = np.load(sys.argv[1]), sys.argv[2]
+run = lambda name, path: ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(
+    None, {"x": feeds[name.split("_")[0]]})[0]
+np.savez(out, **{name: run(name, path) for name, path in (a.split("=", 1) for a in sys.argv[3:])})
+"""
+
+
+@skip_outside_ci(not AS_CPU.exists(), "needs ../shared/tools/as-cpu beside the project")
+def test_under_avx2_emulation_paired_weights_are_exact_on_every_kernel_mlas_pairs_them_in(
+    tmp_path,
+):
+    """An avx2 model's paired weights use int8's range where their pairs allow it, and MLAS's
+    AVX2 kernels (symmetric Conv, im2col Conv, GEMM) compute them as the float Conv or MatMul
+    of the dequantized weights does; the same weights one step along, which MLAS pairs with
+    their other neighbours, saturate."""
+    feeds, models, unfused = {}, {}, {}
+    in_float = ort.SessionOptions()
+    in_float.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    for kind in ("conv16", "conv3", "matmul"):
+        model, feeds[kind] = alternating_net(kind)
+        onnx.save(model, str(tmp_path / f"{kind}.onnx"))
+        np.save(tmp_path / f"{kind}_x.npy", feeds[kind])
+        quantized = quantize(
+            tmp_path / f"{kind}.onnx",
+            tmp_path / f"{kind}_x.npy",
+            Recipe(target="avx2", kernel_timing=False),
+        )
+        assert quantized.recipe.weights == "paired"
+        (q,) = quantized_weights(quantized.model)
+        rows = np.moveaxis(q, 1, -1).reshape(len(q), -1) if q.ndim == 4 else q.T
+        assert np.abs(q).max() > 64  # past int7's range, which any pairing allows
+        assert pair_sums(rows).max() <= 128  # 255 * 128 fits an int16
+        assert pair_sums(rows, shift=1).max() * 255 > np.iinfo(np.int16).max
+        for name, made in (
+            (kind, quantized.model),
+            (f"{kind}_rotated", reduction_rotated(quantized.model)),
+        ):
+            models[name] = tmp_path / f"{name}.onnx"
+            onnx.save(made, str(models[name]))
+            unfused[name] = ort.InferenceSession(
+                str(models[name]), in_float, providers=["CPUExecutionProvider"]
+            ).run(None, {"x": feeds[kind]})[0]  # DequantizeLinear, float op: no integer kernel
+    np.savez(tmp_path / "feeds.npz", **feeds)
+    run = run_as_avx2(
+        PLAIN_RUNS,
+        tmp_path / "feeds.npz",
+        tmp_path / "out.npz",
+        *(f"{name}={path}" for name, path in models.items()),
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    out = np.load(tmp_path / "out.npz")
+    for kind in feeds:
+        assert sqnr_db(unfused[kind], out[kind]) > 40, kind
+        assert sqnr_db(unfused[f"{kind}_rotated"], out[f"{kind}_rotated"]) < 25, kind

@@ -3,8 +3,8 @@
 For each planned node: float activation inputs and outputs get a uint8 Q -> DQ pair (one per
 tensor, shared by all consumers); the weight becomes an initializer in the plan's weight format
 (int8, or uint8 around 128) with per-channel scales behind a DequantizeLinear; the bias becomes
-int32 at scale s_input * s_weight. A depthwise Conv's int7 weights take all of int8's levels:
-their kernel cannot saturate (`weight_format`).
+int32 at scale s_input * s_weight. A depthwise Conv's paired or int7 weights take all of int8's
+levels: their kernel cannot saturate (`weight_format`).
 """
 
 import numpy as np
@@ -204,6 +204,7 @@ class InsertQDQPass(ir.passes.InPlacePass):
             axis,
             weight_format(node, weight, self.plan.weights),
             self._bias_floor(node, weight, axis, source),
+            lambda array: reduction_rows(node, array),
         )
         self._weight_scales[node.name] = scale
         return self._dequantize_constant(
@@ -272,13 +273,24 @@ class InsertQDQPass(ir.passes.InPlacePass):
 
 
 def weight_format(node: ir.Node, weight: np.ndarray, fmt: WeightFormat) -> WeightFormat:
-    """`fmt`, but full int8 in place of int7 for a depthwise Conv (one input and one output
-    channel per group): MLAS runs it in its own kernel, which widens u8 and s8 to int16 before
-    it multiplies, on every x86 path, so no pair of products saturates (int7 guards the GEMM
-    kernels' int16 pairs)."""
+    """`fmt`, but full int8 in place of paired or int7 for a depthwise Conv (one input and one
+    output channel per group): MLAS runs it in its own kernel, which widens u8 and s8 to int16
+    before it multiplies, on every x86 path, so no pair of products saturates (paired and int7
+    guard the GEMM kernels' int16 pairs)."""
     group = node.attributes.get_int("group", 1)
     depthwise = node.op_type == "Conv" and group > 1 and weight.shape[:2] == (group, 1)
-    return WEIGHT_FORMATS["int8"] if depthwise and fmt.name == "int7" else fmt
+    return WEIGHT_FORMATS["int8"] if depthwise and fmt.zero_point == 0 else fmt
+
+
+def reduction_rows(node: ir.Node, weight: np.ndarray) -> np.ndarray:
+    """`weight` as MLAS's integer kernels reduce it: a row per output channel (per column of a
+    GEMM's B), along the reduction in their order. A Conv's filter is reordered to kernel
+    positions outermost and input channels innermost; a GEMM reduces over B's rows."""
+    if node.op_type == "Conv":
+        return np.moveaxis(weight, 1, -1).reshape(weight.shape[0], -1)
+    if weight.ndim == 2 and weight_channel_axis(node, weight) == 0:  # Gemm with transB
+        return weight
+    return np.moveaxis(weight, -2, -1).reshape(-1, weight.shape[-2])
 
 
 def weight_channel_axis(node: ir.Node, weight: np.ndarray) -> int | None:
