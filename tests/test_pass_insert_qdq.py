@@ -5,6 +5,7 @@ import onnx_ir as ir
 from graphs import conv_net, images, plan_for, run
 
 from quantize import passes
+from quantize.passes import insert_qdq
 
 
 def test_qdq_insertion_gives_per_channel_int8_weights_and_int32_bias():
@@ -38,3 +39,25 @@ def test_qdq_model_stays_close_to_fp32():
     q = passes.lower_to_qdq(model, plan)
     ref, got = run(original, x), run(q, x)
     assert 10 * np.log10(np.sum(ref**2) / np.sum((ref - got) ** 2)) > 25
+
+
+def test_reduction_rows_lay_a_weight_out_as_mlas_reduces_it():
+    """A row per output channel, the reduction in MLAS's order: a Conv's kernel positions
+    outermost and input channels innermost; a Gemm's or MatMul's K in order, whichever way B
+    is stored."""
+    weight = np.arange(4 * 3 * 2 * 2).reshape(4, 3, 2, 2)  # (out, in, kh, kw)
+    conv = ir.node("Conv", [])
+    rows = insert_qdq.reduction_rows(conv, weight)
+    assert rows.shape == (4, 12) and list(rows[1, :4]) == [
+        weight[1, 0, 0, 0],
+        weight[1, 1, 0, 0],
+        weight[1, 2, 0, 0],
+        weight[1, 0, 0, 1],
+    ]
+    b = np.arange(6 * 5).reshape(6, 5)  # K = 6, N = 5
+    for node, stored in (
+        (ir.node("MatMul", []), b),
+        (ir.node("Gemm", [], attributes={"transB": 0}), b),
+        (ir.node("Gemm", [], attributes={"transB": 1}), b.T),
+    ):
+        assert np.array_equal(insert_qdq.reduction_rows(node, stored), b.T)
