@@ -46,9 +46,11 @@ def quantize_weight(
     else:
         reduce = tuple(i for i in range(weight.ndim) if i != axis)
         peak = np.abs(weight).max(axis=reduce)
-    scale = np.where(peak > 0, peak / qmax, 1.0)
-    if fmt.pair_limit:
-        scale = _pair_scale(reduction(weight), peak, fmt.pair_limit)
+    scale = (
+        _pair_scale(reduction(weight), peak, fmt.pair_limit)
+        if fmt.pair_limit
+        else np.where(peak > 0, peak / qmax, 1.0)
+    )
     scale = np.maximum(scale, min_scale).astype(np.float32)
     shaped = (
         scale

@@ -10,12 +10,14 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnx_ir as ir
 import onnxruntime as ort
 import pytest
 from graphs import conv_net, images, skip_outside_ci
 from onnx import TensorProto, helper, numpy_helper
 
 from quantize import Recipe, RunOptions, quantize, runtime, target
+from quantize.passes.insert_qdq import reduction_rows
 from quantize.runtime import TargetMismatchWarning
 from quantize.validate import sqnr_db
 
@@ -133,9 +135,8 @@ def test_a_model_keeps_its_weight_format_and_records_it_with_the_target(
     assert len(quantized) == 3 and all(w.dtype == dtype for w in quantized)
     if lo is None:
         assert result.recipe.weights == "paired"
-        for w in quantized:
-            assert np.abs(w).max() <= 127
-            assert pair_sums(np.moveaxis(w, 1, -1).reshape(len(w), -1)).max() <= 128
+        assert max(np.abs(w).max() for w in quantized) <= 127
+        assert max(pair_sums(rows).max() for rows in weight_rows(result.model)) <= 128
     else:  # each channel's largest weight lands on an edge of the range
         assert min(w.min() for w in quantized) == lo and max(w.max() for w in quantized) == hi
     metadata = {p.key: p.value for p in result.model.metadata_props}
@@ -156,8 +157,9 @@ def test_only_a_depthwise_conv_keeps_full_int8_weights_in_an_avx2_model(tmp_path
     for out_channels in (16, 32):
         onnx.save(saturating_net(group=16, out_channels=out_channels), str(tmp_path / "g.onnx"))
         recipe = Recipe(target="avx2", kernel_timing=False)
-        (w,) = quantized_weights(quantize(tmp_path / "g.onnx", tmp_path / "x.npy", recipe).model)
-        largest_pair = pair_sums(np.moveaxis(w, 1, -1).reshape(len(w), -1)).max()
+        model = quantize(tmp_path / "g.onnx", tmp_path / "x.npy", recipe).model
+        (w,), (rows,) = quantized_weights(model), weight_rows(model)
+        largest_pair = pair_sums(rows).max()
         if out_channels == 16:  # depthwise: full int8, pairs unbounded
             assert np.abs(w).max() == 127 and largest_pair > 128
         else:
@@ -326,6 +328,18 @@ def alternating_net(kind: str) -> tuple[onnx.ModelProto, np.ndarray]:
     return model, x
 
 
+def weight_rows(model: onnx.ModelProto) -> list[np.ndarray]:
+    """Each quantized weight of `model`, as MLAS reduces it, in graph order."""
+    graph = ir.from_proto(model).graph
+    return [
+        reduction_rows(
+            node, graph.initializers[f"{node.name}_weight_quantized"].const_value.numpy()
+        )
+        for node in graph
+        if f"{node.name}_weight_quantized" in graph.initializers
+    ]
+
+
 def pair_sums(rows: np.ndarray, shift: int = 0) -> np.ndarray:
     """|r[2j + shift]| + |r[2j + 1 + shift]| of each row, zero-padded to whole pairs."""
     rows = np.abs(rows[:, shift:].astype(int))
@@ -336,23 +350,19 @@ def pair_sums(rows: np.ndarray, shift: int = 0) -> np.ndarray:
 def reduction_rotated(model: onnx.ModelProto) -> onnx.ModelProto:
     """`model` with its integer weights moved one step along the reduction (MLAS's order), so
     that the kernel pairs each weight with its other neighbour."""
-    rotated = onnx.ModelProto()
-    rotated.CopyFrom(model)
-    for init in rotated.graph.initializer:
-        if init.name.endswith("_weight_quantized"):
-            q = numpy_helper.to_array(init)
-            if q.ndim == 4:
-                q = np.moveaxis(
-                    np.roll(np.moveaxis(q, 1, -1).reshape(len(q), -1), 1, axis=1).reshape(
-                        q.shape[0], *q.shape[2:], q.shape[1]
-                    ),
-                    -1,
-                    1,
-                )
-            else:
-                q = np.roll(q, 1, axis=0)
-            init.CopyFrom(numpy_helper.from_array(np.ascontiguousarray(q), init.name))
-    return rotated
+    rotated = ir.from_proto(model)
+    for node in rotated.graph:
+        init = rotated.graph.initializers.get(f"{node.name}_weight_quantized")
+        if init is not None:
+            q = init.const_value.numpy()
+            rolled = np.roll(reduction_rows(node, q), 1, axis=1)
+            q = (  # a Conv's rows back to (out, in, kernel); a MatMul's back to (K, N)
+                np.moveaxis(rolled.reshape(q.shape[0], *q.shape[2:], q.shape[1]), -1, 1)
+                if q.ndim == 4
+                else rolled.T
+            )
+            init.const_value = ir.tensor(np.ascontiguousarray(q), name=init.name)
+    return ir.to_proto(rotated)
 
 
 PLAIN_RUNS = """
@@ -386,8 +396,7 @@ def test_under_avx2_emulation_paired_weights_are_exact_on_every_kernel_mlas_pair
             Recipe(target="avx2", kernel_timing=False),
         )
         assert quantized.recipe.weights == "paired"
-        (q,) = quantized_weights(quantized.model)
-        rows = np.moveaxis(q, 1, -1).reshape(len(q), -1) if q.ndim == 4 else q.T
+        (q,), (rows,) = quantized_weights(quantized.model), weight_rows(quantized.model)
         assert np.abs(q).max() > 64  # past int7's range, which any pairing allows
         assert pair_sums(rows).max() <= 128  # 255 * 128 fits an int16
         assert pair_sums(rows, shift=1).max() * 255 > np.iinfo(np.int16).max
