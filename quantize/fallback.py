@@ -142,7 +142,8 @@ def fall_back(
             continue
         if group:
             floor = min(step_score - min_gain / 2, target)
-            shrunk = _shrunk(result, scored, (tried, step, step_score), group, units, gains, floor)
+            reached = (tried, step, step_score)
+            shrunk = _shrunk(result, scored, trial, reached, group, units, gains, floor)
             taken, cost = _affordable(best, shrunk[1])
             group_costs.append(
                 f"the group to {group[-1]}, {len(shrunk[0]) - len(chosen)} node(s) in FP32 "
@@ -187,6 +188,7 @@ def _affordable(before: QuantizeResult, after: QuantizeResult) -> tuple[bool, st
 def _shrunk(
     result: QuantizeResult,
     scored: Callable[[QuantizeResult], float],
+    trial: Score,
     reached: tuple[dict[str, str], QuantizeResult, float],
     group: tuple[str, ...],
     units: dict[str, list[str]],
@@ -198,18 +200,31 @@ def _shrunk(
     `floor`: the members tried in the order of what they gained alone, least first. A group
     gains where its members' errors compound (YOLOv8n's first three Convs in FP32 together lift
     its output SQNR by several dB, each alone by less than the floor's step), but not every
-    member need be FP32 for that."""
-    chosen, best, after = reached
+    member need be FP32 for that. A member is tried as the ranking trials are, on `trial` and a
+    quick Q/DQ model, and goes back to INT8 where its trial score stays at or above `floor` as
+    the trials read it (shifted by what they read above `scored` on the whole group: 8 samples
+    may read above 64). One lowering then confirms them all with `scored`; where it does not,
+    the last member back returns to FP32 until it does. A lowering is what a step costs on a
+    large model (a 640x640 text detector): there is one a group, not one a member."""
+    chosen, _, after = reached
+    reads_above = trial(qdq_model(result, set(chosen))) - after if math.isfinite(after) else 0.0
+    allowed = floor + reads_above  # `floor` as the trials read it
+    kept, back = chosen, []
     for member in sorted(group, key=gains.__getitem__):
-        tried = {k: v for k, v in chosen.items() if k not in (member, *units[member])}
+        tried = {k: v for k, v in kept.items() if k not in (member, *units[member])}
+        if trial(qdq_model(result, set(tried))) >= allowed:
+            kept, back = tried, [*back, member]
+    while back:
         try:
-            step = keep_fp32(result, tried)
-        except CompileError:  # as a trial can be: the group without it is no way to the floor
-            continue
-        step_score = scored(step)
+            step = keep_fp32(result, kept)
+            step_score = scored(step)
+        except CompileError:  # as a trial can be: not this way to the floor
+            step_score = -math.inf
         if step_score >= floor:
-            chosen, best, after = tried, step, step_score
-    return chosen, best, after
+            return kept, step, step_score
+        member = back.pop()
+        kept = {**kept, **{n: chosen[n] for n in (member, *units[member]) if n in chosen}}
+    return reached
 
 
 def _read_only_by(node: ir.Node, names: Collection[str]) -> bool:

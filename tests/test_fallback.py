@@ -1,5 +1,6 @@
 import argparse
 import json
+import math
 
 import numpy as np
 import onnx
@@ -185,7 +186,9 @@ def test_screening_in_groups_tries_alone_only_the_members_of_a_group_that_gains(
     target = score(result.model) + 10
     trials = []
     found = fall_back(result, score, target, trial_score=_counting(score, trials), group_size=2)
-    assert len(trials) == 4  # the INT8 model, "up" and "down" together, then each alone
+    # the INT8 model, "up" and "down" together, then each alone; the pair gains more than either,
+    # so it goes back as a group (the FP32 model, exact), shrunk on a trial of each member in INT8
+    assert len(trials) == 4 + 2
     assert found.fp32_nodes == ["down"] and found.met
     assert set(found.trial_gains) == {"up", "down"}
 
@@ -218,6 +221,40 @@ def test_a_group_whose_members_gain_little_alone_goes_back_shrunk_to_what_the_ta
     assert {n for n, d in decisions.items() if d.precision == "int8"} == {
         f"layer{i}" for i in range(4)
     } - set(found.fp32_nodes)
+
+
+def test_a_group_is_shrunk_on_trials_and_lowered_once_more_to_confirm_it(tmp_path, monkeypatch):
+    result, score = _setup(tmp_path, chain_mlp)
+    lowered, keep_fp32 = [], fallback.keep_fp32
+
+    def counted(result, fp32):
+        lowered.append(len(fp32))
+        return keep_fp32(result, fp32)
+
+    monkeypatch.setattr(fallback, "keep_fp32", counted)
+    found = fall_back(result, score, score(result.model) + 3, min_gain=2.5, group_size=4)
+    assert found.met and lowered == [4, len(found.fp32_nodes)] and len(found.fp32_nodes) < 4
+
+
+def test_where_the_trials_shrink_a_group_too_far_members_return_until_the_score_confirms_it(
+    tmp_path, monkeypatch
+):
+    result, score = _setup(tmp_path, chain_mlp)
+    target = score(result.model) + 3
+    lowered, keep_fp32 = [], fallback.keep_fp32
+
+    def counted(result, fp32):
+        lowered.append(len(fp32))
+        return keep_fp32(result, fp32)
+
+    def trial(model):  # right for the ranking, blind once the group is lowered: every member
+        return math.inf if lowered else score(model)  # passes its trial
+
+    monkeypatch.setattr(fallback, "keep_fp32", counted)
+    found = fall_back(result, score, target, trial_score=trial, min_gain=2.5, group_size=4)
+    assert lowered[:2] == [4, 0] and lowered[1:] == sorted(lowered[1:]) and len(lowered) > 2
+    assert found.met and score(found.result.model) >= target - 2.5 / 2
+    assert len(found.fp32_nodes) == lowered[-1]
 
 
 @pytest.mark.parametrize(
