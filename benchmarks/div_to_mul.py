@@ -31,6 +31,8 @@ def run_model(model, calibration: int, evaluation: int, seconds: float) -> dict 
         return None  # before calibrating: the recipe keeps every Div FP32
     as_mul = calibrated(model, recipe, calibration)
     divs = [d.name for d in as_mul.decisions if d.op_type == "Div" and d.precision == "int8"]
+    if not divs:
+        return None  # the pipeline kept them FP32 (the transformer recipe's Divs outside Convs)
     as_div = keep_fp32(as_mul, dict.fromkeys(divs, "a float Div, as before DivToMulPass"))
     forms = {"fp32": as_mul.fp32_model, "mul": as_mul.model, "div": as_div.model}
     feeds = model.evaluation(evaluation)[0]
