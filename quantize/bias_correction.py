@@ -13,8 +13,9 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
+from onnxio import computing_only
 from quantize.passes.rewrite import add_initializer
-from quantize.validate import run_with_outputs
+from quantize.runtime import session
 
 GROUP = 8  # FP32 outputs fetched per run: the detector's full-page activations are large
 
@@ -37,17 +38,17 @@ def bias_shifts(
     convs: list[ir.Node],
     fp32: onnx.ModelProto,
     lowered: Callable[[dict[str, np.ndarray]], onnx.ModelProto],
-    batch: dict[str, np.ndarray],
+    batches: list[dict[str, np.ndarray]],
     threads: int,
 ) -> dict[str, np.ndarray]:
     """Conv name -> the amount its bias must drop: the mean per channel of its INT8 output
-    minus its FP32 output on `batch`, with the model `lowered(shifts so far)`. The Convs are
-    measured wave by wave (`waves`): one lowering and one run per wave, not per Conv."""
+    minus its FP32 output over `batches`, with the model `lowered(shifts so far)`. The Convs are
+    measured wave by wave (`waves`): one lowering and one session per wave, not per Conv."""
     output = {conv.name: conv.outputs[0].name for conv in convs}
-    reference = _channel_means(fp32, list(output.values()), batch, threads)
+    reference = _channel_means(fp32, list(output.values()), batches, threads)
     shifts: dict[str, np.ndarray] = {}
     for wave in waves(convs):
-        got = _channel_means(lowered(shifts), [output[c.name] for c in wave], batch, threads)
+        got = _channel_means(lowered(shifts), [output[c.name] for c in wave], batches, threads)
         for conv in wave:
             name = output[conv.name]
             shifts[conv.name] = (got[name] - reference[name]).astype(np.float32)
@@ -92,12 +93,19 @@ def shifted(graph: ir.Model, shifts: dict[str, np.ndarray], int8: set[str]) -> i
 
 
 def _channel_means(
-    model: onnx.ModelProto, names: list[str], batch: dict, threads: int
+    model: onnx.ModelProto, names: list[str], batches: list[dict], threads: int
 ) -> dict[str, np.ndarray]:
-    """Each named tensor's mean per channel (axis 1) on `batch`, fetched GROUP at a time."""
-    means = {}
+    """Each named tensor's mean per channel (axis 1) over all of `batches`, fetched GROUP at a
+    time: a model whose batch is fixed at one sample is measured on as many as any other."""
+    sums: dict[str, np.ndarray] = {}
+    counts: dict[str, int] = {}
     for start in range(0, len(names), GROUP):
         group = names[start : start + GROUP]
-        for name, got in zip(group, run_with_outputs(model, group, batch, threads)):
-            means[name] = got.mean(axis=(0, *range(2, got.ndim)), dtype=np.float64)
-    return means
+        computing = session(computing_only(model, group), threads)
+        for batch in batches:
+            for name, got in zip(group, computing.run(group, batch)):
+                sums[name] = sums.get(name, 0.0) + got.sum(
+                    axis=(0, *range(2, got.ndim)), dtype=np.float64
+                )
+                counts[name] = counts.get(name, 0) + got.size // got.shape[1]
+    return {name: sums[name] / counts[name] for name in names}

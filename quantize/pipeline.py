@@ -73,9 +73,9 @@ class Calibration:
     samples: int
     seconds: float
     # Conv -> what its bias drops, applied by every lowering (quantize/bias_correction.py), and
-    # the calibration rows that measured it, to measure it again for other weights
+    # the calibration batches that measured it, to measure it again for other weights
     bias_shifts: dict = field(default_factory=dict)
-    bias_batch: dict = field(default_factory=dict, repr=False)
+    bias_batches: list = field(default_factory=list, repr=False)
     # Convs kernel timing found faster on AMX tiles (kernel_timing.faster_on_amx_tiles)
     amx_convs: frozenset[str] = frozenset()
 
@@ -240,12 +240,23 @@ def quantize(
         result = keep_fp32_unless_faster(result)
     if not recipe.bias_correction or result.speed_check.endswith(WHOLE_FP32):
         return result
-    rows = batch_size if fixed else min(n_cal, BIAS_SAMPLES)
-    return _correct_biases(result, next(source.batches(0, rows, rows)))
+    return _correct_biases(result, _bias_batches(source, n_cal, batch_size if fixed else None))
 
 
-def _correct_biases(result: QuantizeResult, batch: dict) -> QuantizeResult:
-    """`result` with its INT8 Convs' biases corrected on `batch`, if that raises the worst
+def _bias_batches(source: CalibrationSource, n_cal: int, fixed_batch: int | None) -> list[dict]:
+    """The first calibration batches that hold BIAS_SAMPLES samples (fewer if there are fewer),
+    in the model's fixed batch if it has one: YOLOv8n's is one image."""
+    batches, rows = [], 0
+    for batch in source.batches(0, n_cal, fixed_batch or BIAS_SAMPLES):
+        batches.append(batch)
+        rows += _rows(batch)
+        if rows >= BIAS_SAMPLES:
+            break
+    return batches
+
+
+def _correct_biases(result: QuantizeResult, batches: list[dict]) -> QuantizeResult:
+    """`result` with its INT8 Convs' biases corrected on `batches`, if that raises the worst
     output's SQNR on the held-out samples; else `result`, saying what was measured."""
     int8 = {d.name for d in result.decisions if d.precision == "int8"}
     convs = bias_correction.correctable(result.calibration.graph, int8)
@@ -253,14 +264,14 @@ def _correct_biases(result: QuantizeResult, batch: dict) -> QuantizeResult:
         return replace(result, bias_correction="no INT8 Conv with a bias")
 
     def with_shifts(shifts: dict) -> QuantizeResult:
-        calibration = replace(result.calibration, bias_shifts=shifts, bias_batch=batch)
+        calibration = replace(result.calibration, bias_shifts=shifts, bias_batches=batches)
         return replace(result, calibration=calibration)
 
     shifts = bias_correction.bias_shifts(
         convs,
         result.fp32_model,
         lambda so_far: qdq_model(with_shifts(so_far), set()),
-        batch,
+        batches,
         result.options.threads,
     )
     corrected = keep_fp32(with_shifts(shifts), {})
@@ -361,7 +372,7 @@ def with_weights(result: QuantizeResult, weights: str) -> QuantizeResult:
     lowered = _relower(unshifted, replace(result.recipe, weights=weights), fp32)
     if not calibration.bias_shifts:
         return lowered
-    return _correct_biases(lowered, calibration.bias_batch)
+    return _correct_biases(lowered, calibration.bias_batches)
 
 
 def _relower(result: QuantizeResult, recipe: Recipe, fallback: dict[str, str]) -> QuantizeResult:

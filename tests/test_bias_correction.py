@@ -5,13 +5,14 @@ raises the output SQNR."""
 import numpy as np
 import onnx
 import onnx_ir as ir
+import pytest
 from graphs import conv_net, images
 from onnx import TensorProto, helper, numpy_helper
 
-from quantize import Recipe, quantize
+from quantize import Recipe, bias_correction, quantize
 from quantize.bias_correction import bias_shifts, correctable, shifted, waves
 from quantize.passes import cleanup
-from quantize.pipeline import keep_fp32
+from quantize.pipeline import BIAS_SAMPLES, keep_fp32
 
 
 def test_shifts_undo_a_known_bias_error_in_the_first_conv_and_leave_the_next_one_alone():
@@ -26,7 +27,7 @@ def test_shifts_undo_a_known_bias_error_in_the_first_conv_and_leave_the_next_one
         return ir.serde.serialize_model(shifted(wrong, shifts, every))
 
     fp32 = ir.serde.serialize_model(graph)
-    shifts = bias_shifts(convs, fp32, lowered, {"x": images(8)}, threads=1)
+    shifts = bias_shifts(convs, fp32, lowered, [{"x": images(8)}], threads=1)
     np.testing.assert_allclose(shifts[first], error, atol=1e-5)
     np.testing.assert_allclose(
         shifts[second], 0, atol=1e-5
@@ -116,8 +117,31 @@ def test_convs_on_parallel_branches_are_measured_in_one_wave_after_their_ancesto
         return ir.serde.serialize_model(shifted(wrong, shifts, every))
 
     x = {"x": rng.normal(0, 1, (8, 4, 8, 8)).astype(np.float32)}
-    shifts = bias_shifts(convs, model, lowered, x, threads=1)
+    shifts = bias_shifts(convs, model, lowered, [x], threads=1)
     assert [sorted(s) for s in lowerings] == [[], ["a", "b"]]
     for name, error in errors.items():
         np.testing.assert_allclose(shifts[name], error, atol=1e-5)
     np.testing.assert_allclose(shifts["c"], 0, atol=1e-5)
+
+
+@pytest.mark.parametrize("fixed_batch", [None, 1, 4])
+def test_the_shifts_are_measured_on_bias_samples_whatever_the_models_fixed_batch(
+    tmp_path, monkeypatch, fixed_batch
+):
+    """A model exported with its batch fixed at one image is corrected on as many samples as
+    any other, not on its first image."""
+    model = conv_net()
+    if fixed_batch:
+        model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = fixed_batch
+    onnx.save(model, str(tmp_path / "net.onnx"))
+    np.save(tmp_path / "x.npy", images(96))
+    measured, measure = [], bias_correction.bias_shifts
+
+    def recorded(convs, fp32, lowered, batches, threads):
+        measured.append([len(b["x"]) for b in batches])
+        return measure(convs, fp32, lowered, batches, threads)
+
+    monkeypatch.setattr(bias_correction, "bias_shifts", recorded)
+    quantize(tmp_path / "net.onnx", tmp_path / "x.npy", Recipe(kernel_timing=False))
+    rows = [BIAS_SAMPLES] if fixed_batch is None else [fixed_batch] * (BIAS_SAMPLES // fixed_batch)
+    assert measured == [rows]
