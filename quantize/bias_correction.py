@@ -43,7 +43,7 @@ def bias_shifts(
 ) -> dict[str, np.ndarray]:
     """Conv name -> the amount its bias must drop: the mean per channel of its INT8 output
     minus its FP32 output over `batches`, with the model `lowered(shifts so far)`. The Convs are
-    measured wave by wave (`waves`): one lowering and one session per wave, not per Conv."""
+    measured wave by wave (`waves`): one lowering per wave, not per Conv."""
     output = {conv.name: conv.outputs[0].name for conv in convs}
     reference = _channel_means(fp32, list(output.values()), batches, threads)
     shifts: dict[str, np.ndarray] = {}

@@ -218,7 +218,7 @@ def _shrunk(
         try:
             step = keep_fp32(result, kept)
             step_score = scored(step)
-        except CompileError:  # as a trial can be: not this way to the floor
+        except CompileError:  # the runtime cannot compile it: as good as below the floor
             step_score = -math.inf
         if step_score >= floor:
             return kept, step, step_score

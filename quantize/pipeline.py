@@ -245,7 +245,7 @@ def quantize(
 
 def _bias_batches(source: CalibrationSource, n_cal: int, fixed_batch: int | None) -> list[dict]:
     """The first calibration batches that hold BIAS_SAMPLES samples (fewer if there are fewer),
-    in the model's fixed batch if it has one: YOLOv8n's is one image."""
+    in the model's fixed batch if it has one (one image, for a model exported at batch 1)."""
     batches, rows = [], 0
     for batch in source.batches(0, n_cal, fixed_batch or BIAS_SAMPLES):
         batches.append(batch)
