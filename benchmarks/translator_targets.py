@@ -7,11 +7,11 @@ accuracy only, emulated speed means nothing. The FP32 baseline runs natively: it
 kernel to saturate, and qemu emulates float vector instructions in software, so the FP32 model
 emulated would take hours over the test split. Rows: FP32 after quantize's clean-up (the
 baseline); INT8 made for avx2 (paired weights: what `--target auto` makes on an AVX2 machine,
-and int7 weights, within +-64, beside it); INT8 made for vnni/amx (full-range weights) as quantize's runtime runs it there (ORT's exact
-U8U8 kernels, with a warning), and with ORT's default kernels (what a quantizer unaware of the
-target meets). Greedy, the test split (packages the model never saw), bin-packed batches of
-4096 tokens. Needs `python -m models.translator build`. Writes
-benchmarks/results/translator_targets.{json,md}.
+and int7 weights, within +-64, beside it); INT8 made for vnni/amx (full-range weights) as
+quantize's runtime runs it there (ORT's exact U8U8 kernels, with a warning), and with ORT's
+default kernels (what a quantizer unaware of the target meets). Greedy, the test split
+(packages the model never saw), bin-packed batches of 4096 tokens. Needs
+`python -m models.translator build`. Writes benchmarks/results/translator_targets.{json,md}.
 """
 
 import argparse

@@ -5,7 +5,8 @@ format has the same INT8 nodes), lowered with each weight format this CPU runs e
 int7 and uint8 where U8S8 saturates (avx2), and int8 too elsewhere. For each: output SQNR on the
 held-out samples, the zoo's task fidelity, and speed against the cleaned FP32 graph, all timed
 in one run. Every format is exact on the CPU it is run on, so its fidelity is the same on an
-avx2 CPU: on a VNNI one this measures what the avx2 formats cost against int8. This is the evidence behind the weight choice (quantize/weight_choice.py): writes
+avx2 CPU: on a VNNI one this measures what the avx2 formats cost against int8. This is the
+evidence behind the weight choice (quantize/weight_choice.py): writes
 benchmarks/results/weight_formats_TARGET.{json,md}.
 """
 

@@ -13,9 +13,8 @@ import numpy as np
 import onnx
 import onnx_ir as ir
 
-from onnxio import computing_only
 from quantize.passes.rewrite import add_initializer
-from quantize.runtime import session
+from quantize.validate import computing_session
 
 GROUP = 8  # FP32 outputs fetched per run: the detector's full-page activations are large
 
@@ -101,7 +100,7 @@ def _channel_means(
     counts: dict[str, int] = {}
     for start in range(0, len(names), GROUP):
         group = names[start : start + GROUP]
-        computing = session(computing_only(model, group), threads)
+        computing = computing_session(model, group, threads)
         for batch in batches:
             for name, got in zip(group, computing.run(group, batch)):
                 sums[name] = sums.get(name, 0.0) + got.sum(

@@ -41,9 +41,9 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxio import ObservingSession
 from quantize import bench
 from quantize.passes.amx_conv_weights import stored_for_gemm
-from quantize.passes.insert_qdq import reduction_rows, weight_channel_axis, weight_format
+from quantize.passes.insert_qdq import quantized_weight, weight_channel_axis
 from quantize.policy import FLOAT_OUTPUT_FUSIONS, fed_by_int8, read_by_int8
-from quantize.qparams import quantize_bias, quantize_weight
+from quantize.qparams import quantize_bias
 from quantize.target import WeightFormat
 
 TIMED_OPS = {"Conv", "Gemm", "MatMul"}
@@ -219,12 +219,7 @@ def _one_node_model(
             arrays["b"] = bias
     else:
         axis = weight_channel_axis(node, weight)
-        q, scale, zero_point = quantize_weight(
-            weight,
-            axis,
-            weight_format(node, weight, weights),
-            reduction=lambda array: reduction_rows(node, array),
-        )
+        q, scale, zero_point = quantized_weight(node, weight, weights)
         if on_tiles:
             q, zero_point = stored_for_gemm(q, zero_point)
         arrays.update(w_q=q, w_scale=scale, w_zero=zero_point)

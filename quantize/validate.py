@@ -265,4 +265,10 @@ def run_with_outputs(
     model: onnx.ModelProto, names: list[str], batch: dict, threads: int
 ) -> list[np.ndarray]:
     """The tensors `names` of `model` on `batch`, computing only the nodes they need."""
-    return session(computing_only(model, names), threads).run(names, batch)
+    return computing_session(model, names, threads).run(names, batch)
+
+
+def computing_session(model: onnx.ModelProto, names: list[str], threads: int):
+    """A session of `model` whose outputs are the tensors `names`, computing only the nodes
+    they need: for several batches, one session."""
+    return session(computing_only(model, names), threads)

@@ -199,12 +199,8 @@ class InsertQDQPass(ir.passes.InPlacePass):
     ) -> ir.Value:
         weight = value.const_value.numpy()
         axis = weight_channel_axis(node, weight)
-        q, scale, zero_point = quantize_weight(
-            weight,
-            axis,
-            weight_format(node, weight, self.plan.weights),
-            self._bias_floor(node, weight, axis, source),
-            lambda array: reduction_rows(node, array),
+        q, scale, zero_point = quantized_weight(
+            node, weight, self.plan.weights, self._bias_floor(node, weight, axis, source)
         )
         self._weight_scales[node.name] = scale
         return self._dequantize_constant(
@@ -280,6 +276,20 @@ def weight_format(node: ir.Node, weight: np.ndarray, fmt: WeightFormat) -> Weigh
     group = node.attributes.get_int("group", 1)
     depthwise = node.op_type == "Conv" and group > 1 and weight.shape[:2] == (group, 1)
     return WEIGHT_FORMATS["int8"] if depthwise and fmt.zero_point == 0 else fmt
+
+
+def quantized_weight(
+    node: ir.Node, weight: np.ndarray, fmt: WeightFormat, min_scale: np.ndarray | float = 0.0
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """`node`'s `weight` as InsertQDQ writes it: per output channel where ORT takes a scale per
+    channel, in `fmt` (`weight_format`), its pairs bounded along MLAS's reduction order."""
+    return quantize_weight(
+        weight,
+        weight_channel_axis(node, weight),
+        weight_format(node, weight, fmt),
+        min_scale,
+        lambda array: reduction_rows(node, array),
+    )
 
 
 def reduction_rows(node: ir.Node, weight: np.ndarray) -> np.ndarray:
