@@ -4,8 +4,10 @@ timing steps (per-node kernel timing, fidelity-floor trials: tests/test_kernel_t
 tests/test_fallback.py test them); one model, the smallest, runs with every default. The full
 run with timings and rivals is `python -m benchmarks.zoo`."""
 
+import numpy as np
 import pytest
 
+from benchmarks.zoo import layout
 from benchmarks.zoo.run import (
     REDUCED,
     all_models,
@@ -91,3 +93,25 @@ def test_ours_made_for_openvino_records_what_its_fidelity_floor_did(conv_model, 
     assert set(made["accuracy_fallback"]) <= {n.name for n in int8.graph.node}
     assert made["output_sqnr_db"] >= OUTPUT_FLOOR_DB or made["accuracy_fallback"]
     assert made["group_cost"] == "" or "the time of the model before it" in made["group_cost"]
+
+
+def _layout_outputs(centres: list[tuple[int, int]]) -> list[np.ndarray]:
+    """A page's eight layout outputs (batch 1) with one text region at each (row, column) of the
+    stride-8 grid: its score 0.9, every box distribution flat (each side 3.5 strides)."""
+    shapes = [(-(-layout.HEIGHT // s)) * (-(-layout.WIDTH // s)) for s in layout.STRIDES]
+    scores = [np.zeros((1, n, 10), np.float32) for n in shapes]
+    for row, column in centres:
+        scores[0][0, row * -(-layout.WIDTH // 8) + column, 0] = 0.9
+    return scores + [np.zeros((1, n, 32), np.float32) for n in shapes]
+
+
+def test_the_layout_metric_scores_regions_int8_misses_adds_or_moves():
+    apart = [(10, 10), (10, 40), (50, 10), (50, 40)]  # 56-pixel boxes, 240 pixels apart
+    fp32 = [_layout_outputs(apart)]
+    assert layout._region_f1(None, fp32, fp32) == {"value": 1.0, "regions": 4, "meets": True}
+    missed = layout._region_f1(None, fp32, [_layout_outputs(apart[:3])])
+    assert missed["value"] == pytest.approx(2 * 3 / (3 + 4)) and not missed["meets"]
+    moved = [_layout_outputs([(10, 10), (10, 40), (50, 10), (50, 46)])]  # 48 pixels: IoU 0.08
+    assert layout._region_f1(None, fp32, moved)["value"] == pytest.approx(2 * 3 / 8)
+    doubled = [_layout_outputs(apart + [(11, 10)])]  # 8 pixels off: suppressed as the same region
+    assert layout._region_f1(None, fp32, doubled)["value"] == 1.0

@@ -21,7 +21,7 @@ import onnx
 import onnx_ir as ir
 
 from benchmarks.rivals import nncf_int8, ort_quantize_dynamic, ort_quantize_static
-from benchmarks.zoo import minilm, ppocr, yolo
+from benchmarks.zoo import layout, minilm, ppocr, yolo
 from benchmarks.zoo.zoo_model import ZooModel
 from quantize import fallback
 from quantize.bench import compare, compare_per_core
@@ -52,7 +52,7 @@ OPENVINO = ("nncf_openvino", "int8_openvino")
 
 
 def all_models() -> list[ZooModel]:
-    return [*minilm.models(), *ppocr.models(), *yolo.models()]
+    return [*minilm.models(), *ppocr.models(), *yolo.models(), *layout.models()]
 
 
 def untimed_recipe(fp32: ir.Model) -> Recipe:
@@ -130,7 +130,10 @@ def run_model(
                     "ort_static",
                     lambda: (
                         ort_quantize_static(
-                            fp32, model.calibration(calibration), 8, transformer=model.transformer
+                            fp32,
+                            model.calibration(calibration),
+                            _fixed_batch(fp32) or 8,
+                            transformer=model.transformer,
                         ),
                         {},
                     ),
@@ -209,6 +212,11 @@ def _per_core(variants: dict, feed: dict, batch: int, seconds: float) -> dict:
         "throughput": speed,
         **{f"int8_over_{name}": speed["int8"] / speed[name] for name in speed if name != "int8"},
     }
+
+
+def _fixed_batch(model: onnx.ModelProto) -> int | None:
+    """The batch the model's first input is fixed at, if it is (0 or a name: free)."""
+    return model.graph.input[0].type.tensor_type.shape.dim[0].dim_value or None
 
 
 def _shifted_one_pixel(feed: dict) -> dict | None:
