@@ -5,12 +5,14 @@ tests/test_fallback.py test them); one model, the smallest, runs with every defa
 run with timings and rivals is `python -m benchmarks.zoo`."""
 
 import numpy as np
+import onnx
 import pytest
 
 from benchmarks.zoo import layout
 from benchmarks.zoo.run import (
     REDUCED,
     all_models,
+    fixed_batch,
     made_for_openvino,
     rival_fidelity,
     run_model,
@@ -115,3 +117,20 @@ def test_the_layout_metric_scores_regions_int8_misses_adds_or_moves():
     assert layout._region_f1(None, fp32, moved)["value"] == pytest.approx(2 * 3 / 8)
     doubled = [_layout_outputs(apart + [(11, 10)])]  # 8 pixels off: suppressed as the same region
     assert layout._region_f1(None, fp32, doubled)["value"] == 1.0
+
+
+def test_ort_static_is_calibrated_at_a_modelsfixed_batch_and_in_eights_otherwise():
+    model = onnx.helper.make_model(
+        onnx.helper.make_graph(
+            [onnx.helper.make_node("Relu", ["x"], ["y"])],
+            "g",
+            [onnx.helper.make_tensor_value_info("x", onnx.TensorProto.FLOAT, [None, 3])],
+            [onnx.helper.make_tensor_value_info("y", onnx.TensorProto.FLOAT, [None, 3])],
+        )
+    )
+    batch = model.graph.input[0].type.tensor_type.shape.dim[0]
+    for dim, expected in ((1, 1), (4, 4), (-1, None), (0, None)):  # Paddle2ONNX writes -1
+        batch.dim_value = dim
+        assert fixed_batch(model) == expected
+    batch.dim_param = "batch"
+    assert fixed_batch(model) is None

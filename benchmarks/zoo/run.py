@@ -132,7 +132,7 @@ def run_model(
                         ort_quantize_static(
                             fp32,
                             model.calibration(calibration),
-                            _fixed_batch(fp32) or 8,
+                            fixed_batch(fp32) or 8,
                             transformer=model.transformer,
                         ),
                         {},
@@ -214,9 +214,10 @@ def _per_core(variants: dict, feed: dict, batch: int, seconds: float) -> dict:
     }
 
 
-def _fixed_batch(model: onnx.ModelProto) -> int | None:
-    """The batch the model's first input is fixed at, if it is (0 or a name: free)."""
-    return model.graph.input[0].type.tensor_type.shape.dim[0].dim_value or None
+def fixed_batch(model: onnx.ModelProto) -> int | None:
+    """The batch the model's first input is fixed at, if it is (a name, 0 or -1: free)."""
+    batch = model.graph.input[0].type.tensor_type.shape.dim[0].dim_value
+    return batch if batch > 0 else None
 
 
 def _shifted_one_pixel(feed: dict) -> dict | None:
