@@ -3,8 +3,9 @@ a Paddle2ONNX export at opset 13): 10 region classes (text, title, figure, table
 resized to 800 x 608, scored per anchor at strides 8 to 64 with a distribution of 8 bins per box
 side. Inputs are pages composed of a title, paragraphs in Debian's DejaVu fonts and, on some, a
 photograph that Debian's python3-skimage ships with its caption; fed as RapidLayout feeds them
-(BGR as OpenCV loads it, ImageNet mean and deviation). The metric reads regions as RapidLayout
-does (score above 0.5, non-maximum suppression per class at IoU 0.5)."""
+(BGR as OpenCV loads it, ImageNet mean and deviation). The metric reads regions with
+RapidLayout's decoding and defaults: score above 0.5, non-maximum suppression per class at
+IoU 0.5."""
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
@@ -50,9 +51,9 @@ def _compose(rng: np.random.Generator, texts: tuple[str, ...]) -> Image.Image:
     margin, y = int(rng.integers(60, 140)), int(rng.integers(60, 160))
     right = page.width - margin
 
-    def line(text: str, face: ImageFont.FreeTypeFont, x: int = margin) -> None:
+    def line(text: str, face: ImageFont.FreeTypeFont) -> None:
         nonlocal y
-        draw.text((x, y), text, font=face, fill=ink)
+        draw.text((margin, y), text, font=face, fill=ink)
         y += int(face.size * 1.4)
 
     def face(size: int) -> ImageFont.FreeTypeFont:
@@ -117,11 +118,15 @@ def _regions(outputs: list) -> tuple[np.ndarray, np.ndarray]:
         boxes.append(centres + sides * np.array([-1, -1, 1, 1]))
         scores.append(score[0])
     boxes, scores = np.concatenate(boxes), np.concatenate(scores)
-    kept = [(boxes[i], c) for c in range(scores.shape[1]) for i in _suppressed(boxes, scores[:, c])]
+    kept = [
+        (boxes[i], c)
+        for c in range(scores.shape[1])
+        for i in _after_suppression(boxes, scores[:, c])
+    ]
     return np.array([b for b, _ in kept]).reshape(-1, 4), np.array([c for _, c in kept], int)
 
 
-def _suppressed(boxes: np.ndarray, scores: np.ndarray) -> list[int]:
+def _after_suppression(boxes: np.ndarray, scores: np.ndarray) -> list[int]:
     """Indices of the boxes scoring above SCORE_THRESHOLD that no higher-scoring kept box
     overlaps at IoU > NMS_IOU."""
     kept: list[int] = []
