@@ -6,7 +6,7 @@ cleanup(model)          shape inference, constant folding, written-out hard-swis
                         LayerNorm -> LayerNormalization, MatMul+bias -> Gemm (also across a Reshape), zero Pads into Convs, upsampling into Convs,
                         Conv3D -> 2D Conv, Reshapes before Transposes, Transpose merging and hoisting
                         through layout-blind ops,
-                        dead nodes, and for ONNX Runtime, written-out attention -> its
+                        the main graph's Identities, dead nodes, and for ONNX Runtime, written-out attention -> its
                         MultiHeadAttention -> ONNX Attention (opset 23) where the model can be
                         raised to that opset
 lower_to_qdq(model, p)  carry out a QuantPlan: absorb Relus, Divs by constants as Muls, fold smoothing that no INT8 node reads back
@@ -26,6 +26,7 @@ from quantize.passes.amx_conv_weights import AmxConvWeightsPass
 from quantize.passes.bias_before_reshape import BiasBeforeReshapePass
 from quantize.passes.broadcast_gate import BroadcastGatePass
 from quantize.passes.div_to_mul import DivToMulPass
+from quantize.passes.drop_identities import DropIdentitiesPass
 from quantize.passes.drop_idle_scaling import DropIdleScalingPass
 from quantize.passes.fold_constants import FoldConstantsPass
 from quantize.passes.fold_conv3d import FoldConv3DPass
@@ -59,6 +60,7 @@ __all__ = [
     "BiasBeforeReshapePass",
     "BroadcastGatePass",
     "DivToMulPass",
+    "DropIdentitiesPass",
     "DropIdleScalingPass",
     "FoldConstantsPass",
     "FoldConvInputAffinePass",
@@ -121,7 +123,7 @@ def cleanup(model: ir.Model, runtime: str = "onnxruntime") -> ir.Model:
             common.RemoveUnusedNodesPass(),  # a dead reader (the folded upsampling's) pins a value
             common.ShapeInferencePass(),  # hoisting a Transpose reads the shapes the moves changed
             HoistTransposePass(),
-            common.IdentityEliminationPass(),
+            DropIdentitiesPass(),  # not onnx-ir's: it fails in If bodies (drop_identities.py)
             common.RemoveUnusedNodesPass(),
             common.ShapeInferencePass(),
             *for_runtime,  # after the last shape inference: ONNX does not know ORT's contrib ops
