@@ -25,7 +25,7 @@ from benchmarks.zoo import layout, minilm, ppocr, yolo
 from benchmarks.zoo.zoo_model import ZooModel
 from quantize import fallback
 from quantize.bench import compare, compare_per_core
-from quantize.pipeline import WHOLE_FP32, QuantizeResult, cleaned_fp32, quantize
+from quantize.pipeline import WHOLE_FP32, QuantizeResult, cleaned_fp32, input_specs, quantize
 from quantize.recipe import Recipe, RunOptions, preset, preset_for
 from quantize.runtime import served_sessions, session
 
@@ -216,8 +216,7 @@ def _per_core(variants: dict, feed: dict, batch: int, seconds: float) -> dict:
 
 def fixed_batch(model: onnx.ModelProto) -> int | None:
     """The batch the model's first input is fixed at, if it is (a name, 0 or -1: free)."""
-    batch = model.graph.input[0].type.tensor_type.shape.dim[0].dim_value
-    return batch if batch > 0 else None
+    return input_specs(model)[0].shape[0]
 
 
 def _shifted_one_pixel(feed: dict) -> dict | None:
