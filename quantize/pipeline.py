@@ -37,6 +37,7 @@ from quantize.policy import (
     is_float,
     outside_convs,
     select_nodes,
+    sent_back,
 )
 from quantize.recipe import AUTO_ALPHA, RECIPE_KEY, Recipe, RunOptions, SmoothQuant
 from quantize.runtime import session
@@ -418,7 +419,8 @@ def qdq_model(result: QuantizeResult, fp32_nodes: set[str]) -> onnx.ModelProto:
     trial. Stamped as the result is, so that ONNX Runtime runs it exact where its weights would
     saturate this CPU's kernels (`runtime.session`)."""
     calibration = result.calibration
-    int8 = set(calibration.selection.int8 - fp32_nodes)
+    tried = dict.fromkeys(fp32_nodes, "tried in FP32")
+    int8 = set(sent_back(calibration.graph, calibration.selection, tried).int8)
     plan = make_plan(
         calibration.graph, int8, calibration.histograms, result.recipe, calibration.amx_convs
     )
@@ -445,7 +447,7 @@ def _lower(
     fallback: dict[str, str],
 ) -> QuantizeResult:
     clean, graph = calibration.clean, calibration.graph
-    selection = calibration.selection.without(fallback)
+    selection = sent_back(graph, calibration.selection, fallback)
     int8, plan, executed, selection = _lower_without_islands(
         graph,
         selection,
@@ -503,7 +505,7 @@ def _lower_without_islands(
             found |= dict.fromkeys(coverage.nchw_uint8_maxpools(executed, plan.nodes), NCHW_MAXPOOL)
         if not found:
             return int8, plan, executed, selection
-        selection = selection.without(found)
+        selection = sent_back(graph, selection, found)
 
 
 def _slower_in_int8(
@@ -556,7 +558,7 @@ def _select(
     `scaling` Muls (name -> why they stay FP32)."""
     kept = {**outside_convs(graph, recipe.overrides.fp32_outside_convs), **(kept_fp32 or {})}
     selected = select_nodes(graph, recipe.overrides.fp32, recipe.activation_matmuls, kept)
-    return selected.without(scaling or {})
+    return sent_back(graph, selected, scaling or {})
 
 
 def _calibrated_selections(

@@ -97,11 +97,6 @@ class Selection:
     int8: frozenset[str]
     fp32: dict[str, str] = field(default_factory=dict)
 
-    def without(self, reasons: dict[str, str]) -> "Selection":
-        """The nodes of `reasons` sent back from INT8 to FP32, each with its reason."""
-        moved = {name: why for name, why in reasons.items() if name in self.int8}
-        return Selection(self.int8 - moved.keys(), {**self.fp32, **moved})
-
 
 OUTSIDE_INT8 = "data movement outside an INT8 region"
 NOT_BETWEEN_INT8 = "INT8 only between INT8 ops, and its input or output is float here"
@@ -206,6 +201,27 @@ def decisions(
                 )
             )
     return out
+
+
+def sent_back(model: ir.Model, selection: Selection, reasons: dict[str, str]) -> Selection:
+    """`selection` with the INT8 nodes of `reasons` (name -> why) back in FP32, and with each
+    `between_int8` op whose input they then make float: a HardSwish after a Conv in FP32 would
+    pay a QuantizeLinear, a QLinearAdd and a QLinearMul where ONNX Runtime fuses it into the
+    FP32 Conv for free. One whose reader goes back stays: its uint8 output is dequantized where
+    its float input would have been, one conversion either way."""
+    moved = {name: why for name, why in reasons.items() if name in selection.int8}
+    fp32 = {**selection.fp32, **moved}
+    chosen = set(selection.int8 - moved.keys())
+    while orphans := {
+        node.name
+        for node in model.graph
+        if node.name in chosen
+        and RULES[node.op_type].between_int8
+        and not fed_by_int8(node, chosen)
+    }:
+        chosen -= orphans
+        fp32.update(dict.fromkeys(orphans, NOT_BETWEEN_INT8))
+    return Selection(frozenset(chosen), fp32)
 
 
 def _with_movement_into_int8(model: ir.Model, chosen: set[str], excluded: set[str]) -> set[str]:

@@ -8,7 +8,8 @@ from calibration import METHODS
 from onnxio import InputError
 from quantize import NodeOverrides, Recipe, RunOptions, quantize
 from quantize.coverage import INTEGER_OPS, MOVEMENT_OPS, optimized_graph
-from quantize.policy import RULES, OpRule
+from quantize.pipeline import keep_fp32
+from quantize.policy import NOT_BETWEEN_INT8, RULES, OpRule
 from quantize.runtime import session
 
 
@@ -242,6 +243,20 @@ def test_transformer_recipe_keeps_a_convolutional_backbone_in_int8(tmp_path):
     precision = {(d.op_type, d.precision) for d in result.decisions}
     assert precision == {("Conv", "int8"), ("HardSwish", "int8"), ("Add", "int8")}
     assert min(result.output_sqnr_db.values()) > 20
+
+
+def test_a_hard_swish_follows_the_conv_a_fallback_sends_back_into_fp32(tmp_path):
+    """Alone after an FP32 Conv, a HardSwish would pay a QuantizeLinear, a QLinearAdd and a
+    QLinearMul where ONNX Runtime fuses it into the FP32 Conv."""
+    onnx.save(lcnet_block(), str(tmp_path / "lcnet.onnx"))
+    np.save(tmp_path / "x.npy", images(96))
+    result = quantize(tmp_path / "lcnet.onnx", tmp_path / "x.npy", Recipe(kernel_timing=False))
+    assert {"QLinearAdd", "QLinearMul"} <= result.kernels["int8"].keys()
+    fallen = keep_fp32(result, {"conv1": "a test's fallback"})
+    precision = {d.op_type: (d.precision, d.reason) for d in fallen.decisions}
+    assert precision["HardSwish"] == ("fp32", NOT_BETWEEN_INT8)
+    assert not {"QLinearAdd", "QLinearMul"} & fallen.kernels["int8"].keys()
+    assert fallen.kernels["int8"]["QLinearConv"] == 2
 
 
 def test_an_empty_list_of_feeds_is_a_clean_error(tmp_path):

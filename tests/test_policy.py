@@ -8,10 +8,10 @@ from onnx import TensorProto, helper, numpy_helper
 from quantize.policy import (
     NOT_BETWEEN_INT8,
     TRANSFORMER_FP32_OPS,
-    Selection,
     decisions,
     outside_convs,
     select_nodes,
+    sent_back,
 )
 
 
@@ -81,10 +81,23 @@ def test_measured_reasons_win_over_the_policy_and_are_kept_through_reselection()
     assert "scores" not in selection.int8 and selection.fp32["scores"] == "INT8 slower than FP32"
 
 
-def test_without_moves_only_int8_nodes_and_keeps_earlier_reasons():
-    selection = Selection(frozenset({"a", "b"}), {"c": "excluded by the user"})
-    moved = selection.without({"a": "island", "c": "island"})
-    assert moved.int8 == {"b"} and moved.fp32 == {"a": "island", "c": "excluded by the user"}
+def test_sent_back_moves_only_int8_nodes_and_keeps_earlier_reasons():
+    model = attention_block()
+    selection = select_nodes(model, exclude=("tanh",))
+    moved = sent_back(model, selection, {"add": "island", "tanh": "island"})
+    assert moved.int8 == selection.int8 - {"add"}  # the Softmax before it stays: fed by INT8
+    assert moved.fp32["add"] == "island" and moved.fp32["tanh"] == "excluded by the user"
+
+
+def test_an_op_int8_only_between_int8_ops_follows_its_input_back_to_fp32():
+    model = attention_block()
+    moved = sent_back(model, select_nodes(model), {"scores": "island"})
+    assert moved.int8 == {"conv", "reshape", "transpose", "add"}
+    assert moved.fp32 == {
+        "scores": "island",
+        "softmax": NOT_BETWEEN_INT8,
+        "tanh": "no INT8 kernel in ONNX Runtime",
+    }
 
 
 def test_decisions_list_every_float_node_once_with_a_folded_relu_as_int8():
@@ -102,7 +115,10 @@ def test_decisions_list_every_float_node_once_with_a_folded_relu_as_int8():
         "tanh",
     ]
     assert folded["relu"] == ("int8", "folded into the uint8 clamp")
-    kept = {d.name: d.reason for d in decisions(model, selection.without({"conv": "island"}), {})}
+    kept = {
+        d.name: d.reason
+        for d in decisions(model, sent_back(model, selection, {"conv": "island"}), {})
+    }
     assert kept["relu"].startswith("the op before it is FP32")
 
 
