@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 import pytest
 
-from benchmarks.zoo import layout
+from benchmarks.zoo import captcha, layout
 from benchmarks.zoo.run import (
     REDUCED,
     all_models,
@@ -134,3 +134,23 @@ def test_ort_static_is_calibrated_at_a_modelsfixed_batch_and_in_eights_otherwise
         assert fixed_batch(model) == expected
     batch.dim_param = "batch"
     assert fixed_batch(model) is None
+
+
+def test_the_captcha_metric_counts_captchas_fp32_reads_right_that_int8_reads_right_too():
+    truths = [captcha._captcha(i, "evaluation")[1] for i in range(3)]
+    right = [[_captcha_logits(t.upper())] for t in truths]  # case is ignored, as users type it
+    wrong = [[_captcha_logits(t[:-1])] for t in truths]
+    assert captcha._read_right_as_fp32(truths, right, right)["value"] == 1.0
+    lost_one = captcha._read_right_as_fp32(truths, right, right[:2] + wrong[2:])
+    assert lost_one["value"] == pytest.approx(2 / 3) and not lost_one["meets"]
+    found_one = captcha._read_right_as_fp32(truths, right[:2] + wrong[2:], right)
+    assert found_one["value"] == 1.0 and found_one["int8_solved"] == 3  # FP32 read two right
+
+
+def _captcha_logits(text: str) -> np.ndarray:
+    """CTC logits (steps, 1, classes) that read `text`: each letter, then a blank."""
+    charset = captcha._charset()
+    steps = [i for letter in text for i in (charset.index(letter), 0)]
+    logits = np.zeros((len(steps), 1, len(charset)), np.float32)
+    logits[np.arange(len(steps)), 0, steps] = 1.0
+    return logits
