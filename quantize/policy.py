@@ -206,9 +206,11 @@ def decisions(
 def sent_back(model: ir.Model, selection: Selection, reasons: dict[str, str]) -> Selection:
     """`selection` with the INT8 nodes of `reasons` (name -> why) back in FP32, and with each
     `between_int8` op whose input they then make float: a HardSwish after a Conv in FP32 would
-    pay a QuantizeLinear, a QLinearAdd and a QLinearMul where ONNX Runtime fuses it into the
-    FP32 Conv for free. One whose reader goes back stays: its uint8 output is dequantized where
-    its float input would have been, one conversion either way."""
+    round the Conv's output to uint8 before it and its own output after it, where in FP32 only
+    its output is rounded, for the next INT8 op (ONNX Runtime runs it in two element-wise passes
+    either way: QLinearAdd and QLinearMul, or HardSigmoid and Mul). One whose reader goes back
+    stays: its uint8 output is dequantized where its float input would have been, one
+    conversion either way."""
     moved = {name: why for name, why in reasons.items() if name in selection.int8}
     fp32 = {**selection.fp32, **moved}
     chosen = set(selection.int8 - moved.keys())
