@@ -9,6 +9,9 @@ from pathlib import Path
 import numpy as np
 import onnx
 
+from onnxio import InputError
+from quantize.frontend import MIN_OPSET
+from quantize.frontend.onnx_file import upgrade_opset
 from quantize.runtime import openvino_model
 from quantize.target import host_target, saturates
 
@@ -20,7 +23,8 @@ def ort_quantize_static(
     activations: str = "uint8",
     transformer: bool = False,
 ) -> onnx.ModelProto:
-    """ONNX Runtime's quantize_static: QDQ, uint8 activations, per-channel int8 weights, MinMax
+    """ONNX Runtime's quantize_static: QDQ, uint8 activations, per-channel int8 weights (per tensor
+    where the model cannot be raised to opset 13: `_for_per_channel`), MinMax
     calibration, after its own quant_pre_process (the settings its docstring gives for VNNI CPUs),
     with `reduce_range` (7-bit weights) where this CPU's kernels saturate, as its docs advise for
     non-VNNI machines. `calib` is arrays cut into `batch`-sized feeds, or a list of ready feeds.
@@ -62,6 +66,7 @@ def ort_quantize_static(
     transformer_options = (
         {"op_types_to_quantize": ["MatMul", "Gemm"], **ranges} if transformer else {}
     )
+    fp32, per_channel = _for_per_channel(fp32)
     return _run_ort_quantizer(
         fp32,
         lambda prepared, output: quantize_static(
@@ -69,7 +74,7 @@ def ort_quantize_static(
             output,
             Reader(),
             quant_format=QuantFormat.QDQ,
-            per_channel=True,
+            per_channel=per_channel,
             activation_type=QuantType.QUInt8 if activations == "uint8" else QuantType.QInt8,
             weight_type=QuantType.QInt8,
             reduce_range=saturates(host_target()),
@@ -98,6 +103,18 @@ def ort_quantize_dynamic(fp32: onnx.ModelProto) -> onnx.ModelProto:
             reduce_range=saturates(host_target()),
         ),
     )
+
+
+def _for_per_channel(fp32: onnx.ModelProto) -> tuple[onnx.ModelProto, bool]:
+    """`fp32` raised to opset 13, where DequantizeLinear takes a channel axis, as an expert
+    raises a model before quantize_static per channel (below 13 it writes an invalid graph:
+    "Unrecognized attribute: axis"), and whether its weights can be per channel: where ONNX's
+    version converter cannot raise it (some Paddle2ONNX exports), the model as it is with
+    per-tensor weights."""
+    try:
+        return upgrade_opset(fp32, MIN_OPSET, Path("the rival's model")), True
+    except InputError:
+        return fp32, False
 
 
 def _run_ort_quantizer(fp32: onnx.ModelProto, quantize) -> onnx.ModelProto:
