@@ -11,6 +11,7 @@ from functools import cache
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter, ImageFont
 
+from benchmarks.zoo.ppocr import ctc_texts
 from benchmarks.zoo.sources import fonts, wheel_member
 from benchmarks.zoo.zoo_model import ZooModel
 
@@ -73,11 +74,9 @@ def _charset() -> tuple[str, ...]:
 
 
 def _read(logits: np.ndarray) -> str:
-    """Greedy CTC over (steps, 1, classes): the best class per step, repeats merged, blanks
-    (class 0) dropped, as ddddocr decodes."""
-    best = logits[:, 0].argmax(-1)
-    kept = best[np.r_[True, best[1:] != best[:-1]]]
-    return "".join(_charset()[c] for c in kept if c != 0)
+    """The text of (steps, 1, classes) logits, greedy CTC as ddddocr decodes it."""
+    (classes,) = ctc_texts(logits.transpose(1, 0, 2))
+    return "".join(_charset()[c] for c in classes)
 
 
 def _read_right_as_fp32(feeds, fp32, int8) -> dict:

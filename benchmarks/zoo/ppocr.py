@@ -119,7 +119,7 @@ def _text_map_iou(feeds, fp32, int8) -> dict:
     }
 
 
-def _ctc_texts(probabilities: np.ndarray) -> list[tuple[int, ...]]:
+def ctc_texts(probabilities: np.ndarray) -> list[tuple[int, ...]]:
     """Greedy CTC: the best class per step, repeats merged, blanks (class 0) dropped."""
     texts = []
     for best in probabilities.argmax(-1):
@@ -130,9 +130,7 @@ def _ctc_texts(probabilities: np.ndarray) -> list[tuple[int, ...]]:
 
 def _equal_text(feeds, fp32, int8) -> dict:
     equal = [
-        a == b
-        for ref, out in zip(fp32, int8)
-        for a, b in zip(_ctc_texts(ref[0]), _ctc_texts(out[0]))
+        a == b for ref, out in zip(fp32, int8) for a, b in zip(ctc_texts(ref[0]), ctc_texts(out[0]))
     ]
     share = float(np.mean(equal))
     return {"value": share, "lines": len(equal), "meets": share >= 0.95}
