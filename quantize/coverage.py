@@ -38,6 +38,7 @@ INTEGER_OPS = {
     "QLinearSoftmax",
     "QAttention",
     "DynamicQuantizeMatMul",
+    "DynamicQuantizeLSTM",
     "QLinearReduceMean",
     "QLinearWhere",
 }

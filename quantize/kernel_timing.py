@@ -2,8 +2,8 @@
 
 INT8 buys 4-8x on VNNI and AMX but only 1.5-2x on AVX2, and loses on some shapes (depthwise or
 very small convolutions) where packing and requantization cost more than the multiply saves.
-For each Conv, Gemm and weight MatMul the policy chose, two one-node models are timed on the
-node's input shape in one run of the FP32 model on a held-out batch, in interleaved blocks:
+For each Conv, Gemm, weight MatMul and LSTM the policy chose, two one-node models are timed on
+the node's input shape in one run of the FP32 model on a held-out batch, in interleaved blocks:
 
     int8:  uint8 -> DequantizeLinear -> op(int8 weight, int32 bias) -> QuantizeLinear -> uint8
            (ORT fuses it into QLinearConv / QGemm / QLinearMatMul)
@@ -21,6 +21,8 @@ FP32 cannot beat it by that much. The screen of a fast node ends after SCREEN_CA
 INT8 model rather than SCREEN's seconds: a tenth of a millisecond would otherwise be run a
 thousand times for a median that a hundred runs settle, and the SE gates of a small CNN are
 dozens of such nodes. Nodes of one shape and one set of attributes are timed once.
+An LSTM (ORT's DynamicQuantizeLSTM, passes/dynamic_lstm.py) reads and writes float in both
+precisions: its two one-node models are the FP32 LSTM and the integer kernel, on its input.
 Timings describe this machine only: the pipeline measures only when the target is this CPU's.
 
 On AMX a Conv has two INT8 forms (passes/amx_conv_weights.py): ORT's symmetric kernel (VNNI)
@@ -41,12 +43,13 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxio import ObservingSession
 from quantize import bench
 from quantize.passes.amx_conv_weights import stored_for_gemm
+from quantize.passes.dynamic_lstm import MS_DOMAIN, OP_TYPE, kernel_attributes, lstm_weights
 from quantize.passes.insert_qdq import quantized_weight, weight_channel_axis
-from quantize.policy import FLOAT_OUTPUT_FUSIONS, fed_by_int8, read_by_int8
+from quantize.policy import FLOAT_OUTPUT_FUSIONS, fed_by_int8, on_uint8, read_by_int8
 from quantize.qparams import quantize_bias
 from quantize.target import WeightFormat
 
-TIMED_OPS = {"Conv", "Gemm", "MatMul"}
+TIMED_OPS = {"Conv", "Gemm", "MatMul", "LSTM"}
 MARGIN = 0.10  # FP32 must be this much faster (relative) to win ...
 MIN_GAIN_MS = 0.05  # ... and by at least this much per batch
 # (seconds, rounds, calls per block at least): a quick screen, and the measurement that confirms it
@@ -88,7 +91,11 @@ def slower_in_int8(
     slower = {}
     for node in timed:
         shape = shapes[node.inputs[0].name]
-        boundaries = Boundaries(fed_by_int8(node, nodes), read_by_int8(node, nodes))
+        boundaries = (
+            Boundaries(fed_by_int8(node, nodes), read_by_int8(node, nodes))
+            if on_uint8(node, nodes)
+            else Boundaries(False, False)  # a dynamic kernel reads and writes float
+        )
         tiles = node.name in on_tiles
         key = (*_signature(node, shape), boundaries, tiles)
         if key not in verdicts:
@@ -203,6 +210,8 @@ def _one_node_model(
     DequantizeLinear is per channel, as InsertQDQPass writes it for an FP32 node, so that ORT
     does not quantize the weight itself. `on_tiles`: INT8 weights stored for ORT's GEMM path, as
     AmxConvWeightsPass stores them."""
+    if node.op_type == "LSTM":
+        return _one_lstm_model(node, shape, precision, weights)
     weight = node.inputs[1].const_value.numpy()
     bias = (
         node.inputs[2].const_value.numpy()
@@ -262,6 +271,40 @@ def _one_node_model(
         [numpy_helper.from_array(np.asarray(a), name) for name, a in arrays.items()],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    return model
+
+
+def _one_lstm_model(
+    node: ir.Node, shape: tuple[int, ...], precision: str, weights: WeightFormat
+) -> onnx.ModelProto:
+    """x -> the LSTM -> y, float in and out in both precisions (ONNX Runtime's INT8 LSTM
+    quantizes inside its kernel), from a zero state over full-length sequences; in INT8 ORT's
+    DynamicQuantizeLSTM with weights in `weights`, as DynamicLstmPass writes it."""
+    arrays = {
+        name: node.inputs[index].const_value.numpy()
+        for index, name in ((1, "w"), (2, "r"), (3, "b"), (7, "p"))
+        if len(node.inputs) > index and node.inputs[index] is not None
+    }
+    inputs = ["x", "w", "r", "b" if "b" in arrays else "", "", "", "", "p" if "p" in arrays else ""]
+    op_type, domain = node.op_type, ""
+    if precision == "int8":
+        for role in ("w", "r"):
+            q, scale, zero_point = lstm_weights(arrays[role], weights)
+            arrays.update({role: q, f"{role}_scale": scale, f"{role}_zero": zero_point})
+        inputs += ["w_scale", "w_zero", "r_scale", "r_zero"]
+        op_type, domain = OP_TYPE, MS_DOMAIN
+    op = helper.make_node(op_type, inputs, ["y", "y_h", "y_c"], domain=domain)
+    op.attribute.extend(ir.serde.serialize_attribute(a) for a in kernel_attributes(node))
+    graph = helper.make_graph(
+        [op],
+        f"LSTM_{precision}",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [numpy_helper.from_array(np.asarray(a), name) for name, a in arrays.items()],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid(MS_DOMAIN, 1)]
+    model = helper.make_model(graph, opset_imports=opsets)
     model.ir_version = 8
     return model
 

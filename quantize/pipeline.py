@@ -30,11 +30,13 @@ from quantize.passes.drop_idle_scaling import idle_scaling_muls
 from quantize.passes.smooth_activations import scaling_muls, smoothing_scales, weight_gemm_readers
 from quantize.plan import QuantPlan, make_plan
 from quantize.policy import (
+    RULES,
     NodeDecision,
     Selection,
     clamps_at_zero,
     decisions,
     is_float,
+    ort_only,
     outside_convs,
     select_nodes,
     sent_back,
@@ -556,7 +558,11 @@ def _select(
 ) -> Selection:
     """The recipe's INT8 candidates in `graph`, but the `kept_fp32` nodes and SmoothQuant's
     `scaling` Muls (name -> why they stay FP32)."""
-    kept = {**outside_convs(graph, recipe.overrides.fp32_outside_convs), **(kept_fp32 or {})}
+    kept = {
+        **outside_convs(graph, recipe.overrides.fp32_outside_convs),
+        **ort_only(graph, recipe.runtime),
+        **(kept_fp32 or {}),
+    }
     selected = select_nodes(graph, recipe.overrides.fp32, recipe.activation_matmuls, kept)
     return sent_back(graph, selected, scaling or {})
 
@@ -718,11 +724,12 @@ def input_specs(model: onnx.ModelProto) -> list[InputSpec]:
 
 
 def observed_tensors(graph: ir.Model, nodes: set[str]) -> list[str]:
-    """The float activations the plan may quantize: inputs and outputs of candidate nodes,
-    and the outputs of Relus and Clips from 0 after them (their range replaces the activation)."""
+    """The float activations the plan may quantize: inputs and outputs of candidate nodes
+    (but those a dynamic kernel quantizes itself), and the outputs of Relus and Clips from 0
+    after them (their range replaces the activation)."""
     names: dict[str, None] = {}
     for node in graph.graph:
-        if node.name not in nodes:
+        if node.name not in nodes or RULES[node.op_type].dynamic:
             continue
         for value in [*node.inputs, *node.outputs]:
             if is_float(value) and value.const_value is None:

@@ -10,7 +10,7 @@ import onnx_ir as ir
 
 from calibration import StreamingHistogram, choose_range
 from quantize.passes.rewrite import read_once
-from quantize.policy import FLOAT_OUTPUT_FUSIONS, RULES, clamps_at_zero
+from quantize.policy import FLOAT_OUTPUT_FUSIONS, RULES, clamps_at_zero, on_uint8
 from quantize.reader_ranges import narrowed_to_readers
 from quantize.recipe import Recipe
 from quantize.target import WEIGHT_FORMATS, WeightFormat
@@ -122,7 +122,7 @@ def _absorbable(node: ir.Node, nodes: set[str]) -> bool:
         return False
     source = node.inputs[0]
     producer = source.producer()
-    if producer is None or producer.name not in nodes or RULES[producer.op_type].same_range:
+    if not on_uint8(producer, nodes) or RULES[producer.op_type].same_range:
         return False  # a data-movement op shares its input's range, which need not start at 0
     if producer.op_type in FLOAT_OUTPUT_FUSIONS and not any(
         user.name in nodes and index in RULES[user.op_type].activations

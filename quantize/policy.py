@@ -22,6 +22,8 @@ class OpRule:
     constant_operands: bool = False  # constant activation inputs (a bias Add) become uint8 tensors
     between_int8: bool = False  # only with INT8 before and after: alone it costs a Q/DQ pair
     divisor: int | None = None  # constant input it divides by: lowered to a Mul by its reciprocal
+    # float in and out, int8 weights: ORT quantizes its input on each call, inside the kernel
+    dynamic: bool = False
 
 
 RULES: dict[str, OpRule] = {
@@ -49,6 +51,7 @@ RULES: dict[str, OpRule] = {
     "Split": OpRule(same_range=True),
     "Pad": OpRule(same_range=True),
     "Tile": OpRule(same_range=True),
+    "LSTM": OpRule(activations=(), dynamic=True),  # DynamicQuantizeLSTM (passes/dynamic_lstm.py)
 }
 
 
@@ -146,6 +149,8 @@ def select_nodes(
             reasons[node.name] = (
                 "it divides by an activation or by zero: no INT8 kernel in ONNX Runtime"
             )
+        elif rule.dynamic and (blocker := _dynamic_blocker(node)):
+            reasons[node.name] = blocker
         elif rule.same_range and not fed_by_int8(node, chosen):
             reasons[node.name] = OUTSIDE_INT8
         else:
@@ -164,6 +169,7 @@ def select_nodes(
     return Selection(frozenset(chosen), reasons)
 
 
+DYNAMIC = "int8 weights; ONNX Runtime quantizes its float input on each call"
 ON_AMX_TILES = "on AMX tiles: its weights stored for ONNX Runtime's GEMM path"
 
 
@@ -182,7 +188,8 @@ def decisions(
         elif node.name in amx_convs:
             out.append(NodeDecision(node.name, node.op_type, "int8", ON_AMX_TILES))
         elif node.name in selection.int8:
-            out.append(NodeDecision(node.name, node.op_type, "int8"))
+            dynamic = RULES[node.op_type].dynamic
+            out.append(NodeDecision(node.name, node.op_type, "int8", DYNAMIC if dynamic else ""))
         elif node.name in selection.fp32:
             out.append(NodeDecision(node.name, node.op_type, "fp32", selection.fp32[node.name]))
         elif clamps_at_zero(node) and is_float(node.outputs[0]):
@@ -265,7 +272,7 @@ def _between_int8(model: ir.Model, chosen: set[str], reasons: dict[str, str]) ->
             and not (
                 fed_by_int8(node, chosen)
                 and not node.outputs[0].is_graph_output()
-                and all(user.name in chosen for user, _ in node.outputs[0].uses())
+                and all(on_uint8(user, chosen) for user, _ in node.outputs[0].uses())
             )
         }
         if not alone:
@@ -288,11 +295,32 @@ def _without_dead_end_movement(model: ir.Model, chosen: set[str]) -> set[str]:
         changed = False
         for node in movement:
             if node.name in chosen and not any(
-                user.name in chosen for out in node.outputs for user, _ in out.uses()
+                on_uint8(user, chosen) for out in node.outputs for user, _ in out.uses()
             ):
                 chosen.discard(node.name)
                 changed = True
     return chosen
+
+
+def _dynamic_blocker(node: ir.Node) -> str | None:
+    """Why an LSTM cannot become ORT's DynamicQuantizeLSTM, if it cannot: that kernel takes
+    constant weights (W, R; B and the peepholes P if given)."""
+    constants = [1, 2] + [i for i in (3, 7) if len(node.inputs) > i and node.inputs[i] is not None]
+    if not all(_has_constant(node, i) and is_float(node.inputs[i]) for i in constants):
+        return "its weights are not float constants"
+    return None
+
+
+def ort_only(model: ir.Model, runtime: str) -> dict[str, str]:
+    """The nodes whose INT8 kernel only ONNX Runtime has (name -> why they stay FP32 in
+    `runtime`): none for ONNX Runtime itself."""
+    if runtime == "onnxruntime":
+        return {}
+    return {
+        node.name: f"no INT8 {node.op_type} kernel in {runtime}"
+        for node in model.graph
+        if node.op_type in RULES and RULES[node.op_type].dynamic
+    }
 
 
 def _has_constant(node: ir.Node, index: int) -> bool:
@@ -316,7 +344,7 @@ def fed_by_int8(node: ir.Node, chosen: set[str]) -> bool:
     producer = node.inputs[0].producer() if node.inputs and node.inputs[0] is not None else None
     if producer is not None and clamps_at_zero(producer):
         producer = producer.inputs[0].producer()
-    return producer is not None and producer.name in chosen
+    return on_uint8(producer, chosen)
 
 
 def read_by_int8(node: ir.Node, chosen: set[str]) -> bool:
@@ -324,7 +352,12 @@ def read_by_int8(node: ir.Node, chosen: set[str]) -> bool:
     absorbs)?"""
     readers = [user for user, _ in node.outputs[0].uses()]
     readers += [user for r in readers if clamps_at_zero(r) for user, _ in r.outputs[0].uses()]
-    return any(user.name in chosen for user in readers)
+    return any(on_uint8(user, chosen) for user in readers)
+
+
+def on_uint8(node: ir.Node | None, chosen: set[str]) -> bool:
+    """Does `node` read and write uint8: chosen, and not a `dynamic` kernel (float in and out)?"""
+    return node is not None and node.name in chosen and not RULES[node.op_type].dynamic
 
 
 # The transformer policy's FP32 ops beyond those with no INT8 rule (LayerNormalization,

@@ -359,3 +359,47 @@ def hard_swish_net(divisor=6.0) -> onnx.ModelProto:
         numpy_helper.from_array(np.asarray(divisor, np.float32), "divisor"),
     ]
     return image_model(nodes, inits, "hard_swish", y_channels=4)
+
+
+def crnn_net(hidden: int = 16) -> onnx.ModelProto:
+    """A text recogniser's shape: x(N,3,16,16) -> Conv -> Relu -> columns as a sequence
+    (16, N, 128) -> bidirectional LSTM -> Gemm per step -> y(16, N, 10)."""
+    rng = np.random.default_rng(0)
+    gates = 4 * hidden
+    nodes = [
+        helper.make_node("Conv", ["x", "wc"], ["c"], pads=[1, 1, 1, 1], name="conv"),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("Transpose", ["r"], ["cols"], perm=[3, 0, 1, 2], name="columns"),
+        helper.make_node("Reshape", ["cols", "seq_shape"], ["seq"], name="sequence"),
+        helper.make_node(
+            "LSTM",
+            ["seq", "w", "r_w", "b"],
+            ["h"],
+            direction="bidirectional",
+            hidden_size=hidden,
+            layout=0,
+            name="lstm",
+        ),
+        helper.make_node("Transpose", ["h"], ["steps"], perm=[0, 2, 1, 3], name="steps"),
+        helper.make_node("Reshape", ["steps", "step_shape"], ["features"], name="features"),
+        helper.make_node("MatMul", ["features", "wg"], ["g"], name="classes"),
+        helper.make_node("Add", ["g", "bg"], ["y"], name="classes_bias"),
+    ]
+    inits = [
+        _init("wc", rng.normal(0, 0.3, (8, 3, 3, 3)).astype(np.float32)),
+        _init("seq_shape", np.array([0, 0, -1], np.int64)),
+        _init("w", rng.normal(0, 0.15, (2, gates, 128)).astype(np.float32)),
+        _init("r_w", rng.normal(0, 0.3, (2, gates, hidden)).astype(np.float32)),
+        _init("b", rng.normal(0, 0.1, (2, 2 * gates)).astype(np.float32)),
+        _init("step_shape", np.array([0, 0, -1], np.int64)),
+        _init("wg", rng.normal(0, 0.3, (2 * hidden, 10)).astype(np.float32)),
+        _init("bg", rng.normal(0, 0.1, 10).astype(np.float32)),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "crnn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [16, "N", 10])],
+        inits,
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])

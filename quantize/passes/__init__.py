@@ -10,7 +10,8 @@ cleanup(model)          shape inference, constant folding, written-out hard-swis
                         MultiHeadAttention -> ONNX Attention (opset 23) where the model can be
                         raised to that opset
 lower_to_qdq(model, p)  carry out a QuantPlan: absorb Relus, Divs by constants as Muls, fold smoothing that no INT8 node reads back
-                        into the weights, insert Q/DQ pairs, a HardSwish as QLinearAdd and QLinearMul, an Add of a constant before Convs into their input's zero point, a residual Conv for chosen inputs, widen
+                        into the weights, insert Q/DQ pairs, a HardSwish as QLinearAdd and QLinearMul, an LSTM as
+                        ONNX Runtime's DynamicQuantizeLSTM (int8 weights), an Add of a constant before Convs into their input's zero point, a residual Conv for chosen inputs, widen
                         chosen Conv outputs, and for ONNX Runtime, a nearest upsampling by whole
                         factors and a per-channel gate's broadcast as copies on NHWC data, a
                         float-output INT8 MatMul's bias Add into its integer kernel, and on AMX
@@ -28,6 +29,7 @@ from quantize.passes.broadcast_gate import BroadcastGatePass
 from quantize.passes.div_to_mul import DivToMulPass
 from quantize.passes.drop_identities import DropIdentitiesPass
 from quantize.passes.drop_idle_scaling import DropIdleScalingPass
+from quantize.passes.dynamic_lstm import DynamicLstmPass
 from quantize.passes.fold_constants import FoldConstantsPass
 from quantize.passes.fold_conv3d import FoldConv3DPass
 from quantize.passes.fold_conv_input_affine import FoldConvInputAffinePass
@@ -61,6 +63,7 @@ __all__ = [
     "BroadcastGatePass",
     "DivToMulPass",
     "DropIdentitiesPass",
+    "DynamicLstmPass",
     "DropIdleScalingPass",
     "FoldConstantsPass",
     "FoldConvInputAffinePass",
@@ -143,6 +146,7 @@ def lower_to_qdq(model: ir.Model, plan: QuantPlan, checked: bool = True) -> ir.M
             DropIdleScalingPass(plan),
             InsertQDQPass(plan),
             HardSwishToQLinearPass(plan),
+            DynamicLstmPass(plan),
             ShiftIntoZeroPointPass(plan),
             ResidualInputPass(plan),
             WidenOutputPass(plan),

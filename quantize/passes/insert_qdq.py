@@ -47,6 +47,8 @@ class InsertQDQPass(ir.passes.InPlacePass):
         for node in planned:
             self._quantize_inputs(graph, node)
         for node in planned:
+            if RULES[node.op_type].dynamic:
+                continue  # its output is float: a quantized reader quantizes it as its input
             for out in node.outputs:
                 if not is_float(out) or out.name not in self.plan.ranges:
                     continue
