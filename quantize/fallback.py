@@ -239,7 +239,7 @@ def _units(result: QuantizeResult) -> dict[str, list[str]]:
     weighted = {
         name
         for name, d in decided.items()
-        if d.op_type in RULES and (RULES[d.op_type].weight is not None or RULES[d.op_type].dynamic)
+        if d.op_type in RULES and RULES[d.op_type].weighted
     }
     graph = result.calibration.graph.graph
     return {

@@ -25,6 +25,11 @@ class OpRule:
     # float in and out, int8 weights: ORT quantizes its input on each call, inside the kernel
     dynamic: bool = False
 
+    @property
+    def weighted(self) -> bool:
+        """Does it run on quantized weights?"""
+        return self.weight is not None or self.dynamic
+
 
 RULES: dict[str, OpRule] = {
     "Conv": OpRule(weight=1, bias=2),

@@ -17,14 +17,11 @@ from quantize.passes.dynamic_lstm import lstm_weights
 from quantize.plan import QuantPlan
 from quantize.policy import DYNAMIC, OUTSIDE_INT8, ort_only, select_nodes
 from quantize.target import WEIGHT_FORMATS
+from quantize.validate import sqnr_db
 
 
 def _cleaned(model: onnx.ModelProto) -> ir.Model:
     return passes.cleanup(ir.serde.deserialize_model(model))
-
-
-def _sqnr_db(reference: np.ndarray, result: np.ndarray) -> float:
-    return float(10 * np.log10((reference**2).mean() / ((result - reference) ** 2).mean()))
 
 
 def test_a_planned_lstm_runs_in_the_integer_kernel_with_float_neighbours():
@@ -39,7 +36,7 @@ def test_a_planned_lstm_runs_in_the_integer_kernel_with_float_neighbours():
     executed = kernel_counts(optimized_graph(ir.serde.serialize_model(lowered)))
     assert executed["int8"] == {"DynamicQuantizeLSTM": 1}
     result = run(lowered, x)
-    assert 30 < _sqnr_db(reference, result) < np.inf  # close, and really quantized
+    assert 30 < sqnr_db(reference, result) < np.inf  # close, and really quantized
 
 
 @pytest.mark.parametrize("fmt", ["int8", "int7", "paired", "uint8"])
@@ -120,4 +117,23 @@ def test_the_pipeline_quantizes_a_recogniser_with_its_lstm_in_int8(tmp_path):
     decision = next(d for d in result.decisions if d.name == "lstm")
     assert (decision.precision, decision.reason) == ("int8", DYNAMIC)
     assert "DynamicQuantizeLSTM" in kernel_counts(optimized_graph(result.model))["int8"]
+    assert min(result.output_sqnr_db.values()) > 25
+
+
+def test_a_relu_after_the_lstm_stays_a_relu(tmp_path):
+    """The integer LSTM writes float, with no uint8 clamp that could stand for a Relu (here
+    before an Abs, which would turn what the Relu zeroes positive)."""
+    model = crnn_net(hidden=64)
+    steps = next(n for n in model.graph.node if n.name == "steps")
+    steps.input[0] = "h_magnitude"
+    after = list(model.graph.node).index(steps)
+    model.graph.node.insert(after, helper.make_node("Abs", ["h_positive"], ["h_magnitude"]))
+    model.graph.node.insert(after, helper.make_node("Relu", ["h"], ["h_positive"], name="relu2"))
+    onnx.save(model, str(tmp_path / "crnn.onnx"))
+    np.save(tmp_path / "x.npy", images(96))
+    result = quantize(tmp_path / "crnn.onnx", tmp_path / "x.npy", Recipe(kernel_timing=False))
+    decisions = {d.name: d for d in result.decisions}
+    assert decisions["lstm"].precision == "int8"
+    assert decisions["relu2"].precision == "fp32"
+    assert "relu2" in {n.name for n in result.model.graph.node}
     assert min(result.output_sqnr_db.values()) > 25

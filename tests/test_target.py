@@ -16,9 +16,11 @@ import pytest
 from graphs import conv_net, images, skip_outside_ci
 from onnx import TensorProto, helper, numpy_helper
 
-from quantize import Recipe, RunOptions, quantize, runtime, target
+from quantize import Recipe, RunOptions, passes, quantize, runtime, target
 from quantize.passes.insert_qdq import reduction_rows
+from quantize.plan import QuantPlan
 from quantize.runtime import TargetMismatchWarning
+from quantize.target import WEIGHT_FORMATS
 from quantize.validate import sqnr_db
 
 AS_CPU = Path(__file__).resolve().parents[2] / "shared" / "tools" / "as-cpu"
@@ -375,6 +377,20 @@ np.savez(out, **{name: run(name, path) for name, path in (a.split("=", 1) for a 
 """
 
 
+def plain_runs_as_avx2(tmp_path, feeds: dict, models: dict) -> dict:
+    """Each model (name -> path) run by plain ORT under qemu's AVX2 CPU on the feed its name
+    starts with (before any "_"): name -> output."""
+    np.savez(tmp_path / "feeds.npz", **feeds)
+    run = run_as_avx2(
+        PLAIN_RUNS,
+        tmp_path / "feeds.npz",
+        tmp_path / "out.npz",
+        *(f"{name}={path}" for name, path in models.items()),
+    )
+    assert run.returncode == 0, run.stderr[-2000:]
+    return dict(np.load(tmp_path / "out.npz"))
+
+
 @skip_outside_ci(not AS_CPU.exists(), "needs ../shared/tools/as-cpu beside the project")
 def test_under_avx2_emulation_paired_weights_are_exact_on_every_kernel_mlas_pairs_them_in(
     tmp_path,
@@ -409,15 +425,50 @@ def test_under_avx2_emulation_paired_weights_are_exact_on_every_kernel_mlas_pair
             unfused[name] = ort.InferenceSession(
                 str(models[name]), in_float, providers=["CPUExecutionProvider"]
             ).run(None, {"x": feeds[kind]})[0]  # DequantizeLinear, float op: no integer kernel
-    np.savez(tmp_path / "feeds.npz", **feeds)
-    run = run_as_avx2(
-        PLAIN_RUNS,
-        tmp_path / "feeds.npz",
-        tmp_path / "out.npz",
-        *(f"{name}={path}" for name, path in models.items()),
-    )
-    assert run.returncode == 0, run.stderr[-2000:]
-    out = np.load(tmp_path / "out.npz")
+    out = plain_runs_as_avx2(tmp_path, feeds, models)
     for kind in feeds:
         assert sqnr_db(unfused[kind], out[kind]) > 40, kind
         assert sqnr_db(unfused[f"{kind}_rotated"], out[f"{kind}_rotated"]) < 25, kind
+
+
+def saturating_lstm() -> tuple[onnx.ModelProto, np.ndarray]:
+    """An LSTM over inputs in [0, 1] whose input weights are one positive value per gate row
+    (centred by the bias): in int8 each is 127, and most pairs of u8 x s8 products exceed an
+    int16."""
+    rng = np.random.default_rng(4)
+    hidden, inputs = 16, 64
+    weight = np.full((1, 4 * hidden, inputs), 0.05, np.float32)
+    recurrence = rng.normal(0, 0.1, (1, 4 * hidden, hidden)).astype(np.float32)
+    bias = np.concatenate([np.full(4 * hidden, -0.05 * inputs / 2), np.zeros(4 * hidden)])
+    graph = helper.make_graph(
+        [helper.make_node("LSTM", ["x", "w", "r", "b"], ["y"], hidden_size=hidden, name="lstm")],
+        "lstm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 4, inputs])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [
+            numpy_helper.from_array(weight, "w"),
+            numpy_helper.from_array(recurrence, "r"),
+            numpy_helper.from_array(bias[None].astype(np.float32), "b"),
+        ],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    return model, rng.uniform(0, 1, (8, 4, inputs)).astype(np.float32)
+
+
+@skip_outside_ci(not AS_CPU.exists(), "needs ../shared/tools/as-cpu beside the project")
+def test_under_avx2_emulation_an_lstms_paired_weights_are_exact_and_int8_ones_saturate(tmp_path):
+    """ONNX Runtime's integer LSTM multiplies in MLAS's U8S8 GEMM: on AVX2 the paired weights
+    of an avx2 model compute what the FP32 LSTM does, to rounding; full-range int8 saturates."""
+    model, x = saturating_lstm()
+    reference = runtime.session(model).run(None, {"x": x})[0]
+    cleaned = passes.cleanup(ir.serde.deserialize_model(model))
+    models = {}
+    for fmt in ("int8", "paired"):
+        plan = QuantPlan({"lstm"}, {}, WEIGHT_FORMATS[fmt])
+        models[f"lstm_{fmt}"] = tmp_path / f"{fmt}.onnx"
+        lowered = passes.lower_to_qdq(cleaned.clone(), plan)
+        onnx.save(ir.serde.serialize_model(lowered), str(models[f"lstm_{fmt}"]))
+    out = plain_runs_as_avx2(tmp_path, {"lstm": x}, models)
+    exact = sqnr_db(reference, out["lstm_paired"])
+    assert exact > 30
+    assert sqnr_db(reference, out["lstm_int8"]) < exact - 10

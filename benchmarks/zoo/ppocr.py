@@ -46,7 +46,7 @@ def models() -> list[ZooModel]:
             build("recogniser"),
             lambda n: {"x": _lines(range(n), "dev", "recogniser", REC_CALIBRATION_WIDTH)},
             lambda n: _served(n, "recogniser"),
-            _equal_text,
+            equal_text,
         ),
         ZooModel(
             "PP-OCR mobile direction classifier",
@@ -128,7 +128,7 @@ def ctc_texts(probabilities: np.ndarray) -> list[tuple[int, ...]]:
     return texts
 
 
-def _equal_text(feeds, fp32, int8) -> dict:
+def equal_text(feeds, fp32, int8) -> dict:
     equal = [
         a == b for ref, out in zip(fp32, int8) for a, b in zip(ctc_texts(ref[0]), ctc_texts(out[0]))
     ]

@@ -21,7 +21,7 @@ import onnx
 import onnx_ir as ir
 
 from benchmarks.rivals import nncf_int8, ort_quantize_dynamic, ort_quantize_static
-from benchmarks.zoo import captcha, layout, minilm, ppocr, yolo
+from benchmarks.zoo import captcha, easyocr, layout, minilm, ppocr, yolo
 from benchmarks.zoo.zoo_model import ZooModel
 from quantize import fallback
 from quantize.bench import compare, compare_per_core
@@ -52,7 +52,14 @@ OPENVINO = ("nncf_openvino", "int8_openvino")
 
 
 def all_models() -> list[ZooModel]:
-    return [*minilm.models(), *ppocr.models(), *yolo.models(), *layout.models(), *captcha.models()]
+    return [
+        *minilm.models(),
+        *ppocr.models(),
+        *yolo.models(),
+        *layout.models(),
+        *captcha.models(),
+        *easyocr.models(),
+    ]
 
 
 def untimed_recipe(fp32: ir.Model) -> Recipe:
