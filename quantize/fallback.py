@@ -237,9 +237,7 @@ def _units(result: QuantizeResult) -> dict[str, list[str]]:
     """Each INT8 node with a weight -> its `input_makers`, in graph order."""
     decided = {d.name: d for d in result.decisions if d.precision == "int8"}
     weighted = {
-        name
-        for name, d in decided.items()
-        if d.op_type in RULES and RULES[d.op_type].weighted
+        name for name, d in decided.items() if d.op_type in RULES and RULES[d.op_type].weighted
     }
     graph = result.calibration.graph.graph
     return {
