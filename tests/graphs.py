@@ -363,7 +363,8 @@ def hard_swish_net(divisor=6.0) -> onnx.ModelProto:
 
 def crnn_net(hidden: int = 16) -> onnx.ModelProto:
     """A text recogniser's shape: x(N,3,16,16) -> Conv -> Relu -> columns as a sequence
-    (16, N, 128) -> bidirectional LSTM -> Gemm per step -> y(16, N, 10)."""
+    (16, N, 128) -> bidirectional LSTM (its layout attribute written out) -> MatMul and bias per
+    step -> y(16, N, 10)."""
     rng = np.random.default_rng(0)
     gates = 4 * hidden
     nodes = [

@@ -2,20 +2,22 @@
 
 cleanup(model)          shape inference, constant folding, written-out hard-swish -> HardSwish,
                         Mul/Div-by-constant chains into one Mul, per-channel scales and shifts
-                        (BatchNorms too) into the Convs and ConvTransposes beside them, decomposed
-                        LayerNorm -> LayerNormalization, MatMul+bias -> Gemm (also across a Reshape), zero Pads into Convs, upsampling into Convs,
-                        Conv3D -> 2D Conv, Reshapes before Transposes, Transpose merging and hoisting
-                        through layout-blind ops,
-                        the main graph's Identities, dead nodes, and for ONNX Runtime, written-out attention -> its
-                        MultiHeadAttention -> ONNX Attention (opset 23) where the model can be
-                        raised to that opset
-lower_to_qdq(model, p)  carry out a QuantPlan: absorb Relus, Divs by constants as Muls, fold smoothing that no INT8 node reads back
-                        into the weights, insert Q/DQ pairs, a HardSwish as QLinearAdd and QLinearMul, an LSTM as
-                        ONNX Runtime's DynamicQuantizeLSTM (int8 weights), an Add of a constant before Convs into their input's zero point, a residual Conv for chosen inputs, widen
-                        chosen Conv outputs, and for ONNX Runtime, a nearest upsampling by whole
-                        factors and a per-channel gate's broadcast as copies on NHWC data, a
-                        float-output INT8 MatMul's bias Add into its integer kernel, and on AMX
-                        large Convs' weights stored for ORT's GEMM path (AMX tiles); for
+                        (BatchNorms too) into the Convs and ConvTransposes beside them,
+                        decomposed LayerNorm -> LayerNormalization, MatMul+bias -> Gemm (also
+                        across a Reshape), zero Pads into Convs, upsampling into Convs, Conv3D
+                        -> 2D Conv, Reshapes before Transposes, Transpose merging and hoisting
+                        through layout-blind ops, the main graph's Identities, dead nodes, and
+                        for ONNX Runtime, written-out attention -> its MultiHeadAttention ->
+                        ONNX Attention (opset 23) where the model can be raised to that opset
+lower_to_qdq(model, p)  carry out a QuantPlan: absorb Relus, Divs by constants as Muls, fold
+                        smoothing that no INT8 node reads back into the weights, insert Q/DQ
+                        pairs, a HardSwish as QLinearAdd and QLinearMul, an LSTM as ONNX
+                        Runtime's DynamicQuantizeLSTM (int8 weights), an Add of a constant before
+                        Convs into their input's zero point, a residual Conv for chosen inputs,
+                        widen chosen Conv outputs, and for ONNX Runtime, a nearest upsampling by
+                        whole factors and a per-channel gate's broadcast as copies on NHWC data,
+                        a float-output INT8 MatMul's bias Add into its integer kernel, and on
+                        AMX large Convs' weights stored for ORT's GEMM path (AMX tiles); for
                         OpenVINO, Convs' and MatMuls' input zero points into their biases
 """
 
