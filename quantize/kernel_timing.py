@@ -43,8 +43,9 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxio import ObservingSession
 from quantize import bench
 from quantize.passes.amx_conv_weights import stored_for_gemm
-from quantize.passes.dynamic_lstm import MS_DOMAIN, OP_TYPE, kernel_attributes, lstm_weights
+from quantize.passes.dynamic_lstm import DynamicLstmPass
 from quantize.passes.insert_qdq import quantized_weight, weight_channel_axis
+from quantize.plan import QuantPlan
 from quantize.policy import FLOAT_OUTPUT_FUSIONS, fed_by_int8, on_uint8, read_by_int8
 from quantize.qparams import quantize_bias
 from quantize.target import WeightFormat
@@ -279,23 +280,16 @@ def _one_lstm_model(
     node: ir.Node, shape: tuple[int, ...], precision: str, weights: WeightFormat
 ) -> onnx.ModelProto:
     """x -> the LSTM -> y, float in and out in both precisions (ONNX Runtime's INT8 LSTM
-    quantizes inside its kernel), from a zero state over full-length sequences; in INT8 ORT's
-    DynamicQuantizeLSTM with weights in `weights`, as DynamicLstmPass writes it."""
+    quantizes inside its kernel), from a zero state over full-length sequences; in INT8 as
+    DynamicLstmPass writes it, with weights in `weights`."""
     arrays = {
         name: node.inputs[index].const_value.numpy()
         for index, name in ((1, "w"), (2, "r"), (3, "b"), (7, "p"))
         if len(node.inputs) > index and node.inputs[index] is not None
     }
     inputs = ["x", "w", "r", "b" if "b" in arrays else "", "", "", "", "p" if "p" in arrays else ""]
-    op_type, domain = node.op_type, ""
-    if precision == "int8":
-        for role in ("w", "r"):
-            q, scale, zero_point = lstm_weights(arrays[role], weights)
-            arrays.update({role: q, f"{role}_scale": scale, f"{role}_zero": zero_point})
-        inputs += ["w_scale", "w_zero", "r_scale", "r_zero"]
-        op_type, domain = OP_TYPE, MS_DOMAIN
-    op = helper.make_node(op_type, inputs, ["y", "y_h", "y_c"], domain=domain)
-    op.attribute.extend(ir.serde.serialize_attribute(a) for a in kernel_attributes(node))
+    op = helper.make_node("LSTM", inputs, ["y", "y_h", "y_c"], name="lstm")
+    op.attribute.extend(ir.serde.serialize_attribute(a) for a in node.attributes.values())
     graph = helper.make_graph(
         [op],
         f"LSTM_{precision}",
@@ -303,10 +297,12 @@ def _one_lstm_model(
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
         [numpy_helper.from_array(np.asarray(a), name) for name, a in arrays.items()],
     )
-    opsets = [helper.make_opsetid("", 17), helper.make_opsetid(MS_DOMAIN, 1)]
-    model = helper.make_model(graph, opset_imports=opsets)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
-    return model
+    if precision == "fp32":
+        return model
+    lowered = DynamicLstmPass(QuantPlan({"lstm"}, {}, weights))(ir.serde.deserialize_model(model))
+    return ir.serde.serialize_model(lowered.model)
 
 
 def _input_nodes(precision: str, uint8_in: bool) -> list[onnx.NodeProto]:

@@ -30,12 +30,12 @@ from quantize.passes.drop_idle_scaling import idle_scaling_muls
 from quantize.passes.smooth_activations import scaling_muls, smoothing_scales, weight_gemm_readers
 from quantize.plan import QuantPlan, make_plan
 from quantize.policy import (
-    RULES,
     NodeDecision,
     Selection,
     clamps_at_zero,
     decisions,
     is_float,
+    on_uint8,
     ort_only,
     outside_convs,
     select_nodes,
@@ -729,7 +729,7 @@ def observed_tensors(graph: ir.Model, nodes: set[str]) -> list[str]:
     after them (their range replaces the activation)."""
     names: dict[str, None] = {}
     for node in graph.graph:
-        if node.name not in nodes or RULES[node.op_type].dynamic:
+        if not on_uint8(node, nodes):
             continue
         for value in [*node.inputs, *node.outputs]:
             if is_float(value) and value.const_value is None:

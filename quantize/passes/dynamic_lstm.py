@@ -63,7 +63,7 @@ def lstm_weights(weight: np.ndarray, fmt: WeightFormat) -> tuple[np.ndarray, ...
     return tuple(np.stack(arrays) for arrays in zip(*parts))
 
 
-def kernel_attributes(lstm: ir.Node) -> list[ir.Attr]:
+def _kernel_attributes(lstm: ir.Node) -> list[ir.Attr]:
     """The LSTM's attributes but `layout`, which the kernel's schema lacks (ORT runs layout 0
     only, in FP32 too)."""
     return [a for a in lstm.attributes.values() if a.name != "layout"]
@@ -83,7 +83,7 @@ def _rewrite(graph: ir.Graph, node: ir.Node, fmt: WeightFormat) -> None:
         MS_DOMAIN,
         OP_TYPE,
         inputs,
-        attributes=kernel_attributes(node),
+        attributes=_kernel_attributes(node),
         num_outputs=len(node.outputs),
     )
     graph.insert_after(node, dynamic)
