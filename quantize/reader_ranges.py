@@ -5,8 +5,8 @@ of one step of the SiLU output's own grid. Spending the input's 256 levels on a 
 cannot show coarsens the part it does show (YOLOv8n's calibrated Conv outputs reach tens of
 units below zero). So a Conv output read only by SiLUs is clipped at the x
 where the SiLU is within a quarter of an output step of 0: every clipped value errs with one
-sign, so it is held to half the rounding bound. The hard-swish family is left alone: clipping
-its input at -3 measured worse on the PP-OCRv4 recogniser (docs/zoo.md).
+sign, so it is held to half the rounding bound. A hard-swish, x * clip(x + 3, 0, 6) / 6, is 0
+for every x <= -3, so a Conv output read only by hard-swishes is clipped at -3, exactly.
 """
 
 import math
@@ -17,24 +17,40 @@ from scipy.optimize import brentq
 from quantize.passes.rewrite import read_once
 
 SILU_ARGMIN = -1.2784645  # silu'(x) = 0: below it SiLU rises back towards 0
+HARD_SWISH_ZERO = -3.0  # hard-swish(x) = 0 for every x at or below it
 CLIPPED_ERROR = 0.25  # in output steps
 
 
 def narrowed_to_readers(
     model: ir.Model, nodes: set[str], ranges: dict[str, tuple[float, float]]
 ) -> dict[str, tuple[float, float]]:
-    """`ranges` with every tensor read only by quantized SiLUs clipped below where they are flat."""
+    """`ranges` with every tensor read only by quantized SiLUs and hard-swishes clipped below
+    where they are flat."""
     narrowed = dict(ranges)
     for value in _graph_values(model):
-        if value.name not in ranges or value.is_graph_output():
+        if value.name not in ranges or value.is_graph_output() or not value.uses():
             continue
-        outputs = {_silu_output(value, user, nodes) for user, _ in value.uses()}
-        if None in outputs or not all(name in ranges for name in outputs):
+        floors = [_flat_below(value, user, nodes, ranges) for user, _ in value.uses()]
+        if None in floors:
             continue
         lo, hi = ranges[value.name]
-        step = min((ranges[name][1] - ranges[name][0]) / 255 for name in outputs)
-        narrowed[value.name] = (max(lo, _silu_flat_below(CLIPPED_ERROR * step, lo)), hi)
+        if min(floors) < hi:
+            narrowed[value.name] = (max(lo, min(floors)), hi)
     return narrowed
+
+
+def _flat_below(
+    value: ir.Value, user: ir.Node, nodes: set[str], ranges: dict[str, tuple[float, float]]
+) -> float | None:
+    """Where `user`, reading `value`, stops telling values apart below; None if it is not a
+    quantized SiLU or hard-swish."""
+    if user.op_type == "HardSwish":
+        return HARD_SWISH_ZERO if user.name in nodes else None
+    output = _silu_output(value, user, nodes)
+    if output not in ranges:
+        return None
+    step = (ranges[output][1] - ranges[output][0]) / 255
+    return _silu_flat_below(CLIPPED_ERROR * step, ranges[value.name][0])
 
 
 def _graph_values(model: ir.Model):
