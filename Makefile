@@ -52,7 +52,7 @@ $(QUARK_VENV)/.installed:
 # results tables from their JSON. One benchmark: python -m benchmarks.NAME, then python -m benchmarks.readme.
 # `make bench-quick`: every benchmark end to end on small sizes and the demo models, a check that
 # each runs (the 3DGAN's takes 9 minutes on 2 cores); its files go to benchmarks/results/quick/.
-BENCHMARKS := zoo openvino_activations amx_conv weight_formats smoothing_alpha div_to_mul resnet50 targets calibration_memory activation_dtype ort_fusions simulator calogan scale_out transformer_base translator translator_step step_attention translator_targets calogan_targets
+BENCHMARKS := zoo openvino_activations amx_conv weight_formats smoothing_alpha div_to_mul resnet50 targets calibration_memory activation_dtype ort_fusions simulator calogan scale_out transformer_base translator translator_step step_attention translator_targets calogan_targets zoo_targets
 bench: setup $(QUARK_VENV)/.installed
 	$(BIN)/python -m models.translator build
 	for name in $(BENCHMARKS); do $(BIN)/python -m benchmarks.$$name || exit 1; done

@@ -108,9 +108,9 @@ def run_model(
         calib = Path(tmp) / "calib.npz"
         np.savez(calib, **model.calibration(calibration))
         start = time.perf_counter()
-        run, int8 = _quantize_cli(path, calib, cli_options)
+        run, int8 = quantize_cli(path, calib, cli_options)
         record["quantize_seconds"] = {"int8": time.perf_counter() - start}
-        record["status"] = _status(run)
+        record["status"] = cli_status(run)
         if int8 is None:
             return record
         summary = json.loads(run.stdout)
@@ -236,7 +236,7 @@ def _shifted_one_pixel(feed: dict) -> dict | None:
     return {name: np.roll(x, 1, axis=-1) if name in images else x for name, x in feed.items()}
 
 
-def _quantize_cli(path: Path, calib: Path, options: tuple[str, ...]):
+def quantize_cli(path: Path, calib: Path, options: tuple[str, ...]):
     """`quantize PATH --calib CALIB --json OPTIONS`: the finished run, and the INT8 model it
     wrote (None if it failed)."""
     with tempfile.TemporaryDirectory() as tmp:
@@ -255,9 +255,9 @@ def made_for_openvino(
 ) -> tuple[onnx.ModelProto, dict]:
     """Ours as a user who serves with OpenVINO makes it (`--runtime openvino`), and what its
     speed check and its fidelity floor in OpenVINO did."""
-    run, int8 = _quantize_cli(path, calib, (*options, "--runtime", "openvino"))
+    run, int8 = quantize_cli(path, calib, (*options, "--runtime", "openvino"))
     if int8 is None:
-        raise RuntimeError(_status(run))
+        raise RuntimeError(cli_status(run))
     summary = json.loads(run.stdout)
     return int8, {"speed_check": summary["speed_check"], **_fidelity_floor(summary)}
 
@@ -276,7 +276,7 @@ def _fidelity_floor(summary: dict) -> dict:
     }
 
 
-def _status(run: subprocess.CompletedProcess) -> str:
+def cli_status(run: subprocess.CompletedProcess) -> str:
     if run.returncode == 0:
         return "ok"
     lines = run.stderr.strip().splitlines()

@@ -1,0 +1,154 @@
+"""`python -m benchmarks.zoo_targets`: every zoo model's task fidelity on an AVX2 CPU, quantized
+by the CLI's defaults for that target (`quantize MODEL --calib DATA --target avx2 --serve-batch N`).
+
+The INT8 models run on an emulated CPU (../shared/tools/as-cpu avx2, qemu: MLAS takes its AVX2
+kernels, whose u8s8 products saturate in int16, whatever the host), so this runs on any machine;
+fidelity only, emulated speed means nothing, and kernel timing is off for a model not made for
+this CPU. Each model is also run natively: paired and int7 weights are exact on both paths, so
+the two must agree. Fidelity is measured against FP32 as exported, run natively, on the zoo's
+held-out inputs (`benchmarks/zoo`). Writes benchmarks/results/zoo_targets.{json,md}.
+"""
+
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import onnx
+
+from benchmarks.results import sized, write_results
+from benchmarks.targets import AS_CPU
+from benchmarks.zoo.run import FULL, REDUCED, all_models, cli_status, quantize_cli
+from benchmarks.zoo.zoo_model import ZooModel
+from quantize.runtime import session
+from quantize.target import host_isa
+
+SIZE = sized(FULL, REDUCED)
+TARGET = "avx2"
+
+
+def main() -> None:
+    if not AS_CPU.exists():
+        raise SystemExit(f"zoo_targets: {AS_CPU} is missing (the AVX2 emulator)")
+    records, emulated_isa = [], None
+    for model in all_models():
+        record, emulated_isa = _fidelity_on_avx2(model)
+        records.append(record)
+        print(json.dumps(record), flush=True)
+    result = {
+        "target": TARGET,
+        "isa_emulated": emulated_isa,
+        "isa_native": host_isa(),
+        "models": records,
+    }
+    markdown = _markdown(result)
+    path = write_results("zoo_targets", result, markdown)
+    print(markdown)
+    print(f"wrote {path}")
+
+
+def _fidelity_on_avx2(model: ZooModel) -> tuple[dict, dict | None]:
+    feeds = model.evaluation(SIZE["evaluation"])
+    batch = len(next(iter(feeds[0].values())))
+    record = {"name": model.name, "fidelity_target": model.fidelity_target}
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        np.savez(tmp / "calib.npz", **model.calibration(SIZE["calibration"]))
+        options = ("--target", TARGET, "--serve-batch", str(batch), *SIZE.get("cli_options", ()))
+        run, int8 = quantize_cli(model.build(), tmp / "calib.npz", options)
+        if int8 is None:
+            return {**record, "status": cli_status(run)}, None
+        summary = json.loads(run.stdout)
+        onnx.save(int8, tmp / "int8.onnx")
+        fp32 = _outputs(session(model.build()), feeds)
+        native = _outputs(session(tmp / "int8.onnx"), feeds)
+        emulated, isa = _emulated_outputs(tmp, feeds)
+    fidelity = {
+        name: model.fidelity(feeds, fp32, outputs)
+        for name, outputs in (("emulated", emulated), ("native", native))
+    }
+    difference = max(
+        float(np.max(np.abs(a - b))) for e, n in zip(emulated, native) for a, b in zip(e, n)
+    )
+    return {
+        **record,
+        "status": "ok",
+        "weights": summary["weights"]["format"],
+        "weight_choice": summary["weights"]["choice"],
+        "verdict": summary["fidelity"]["verdict"],
+        "output_sqnr_db": summary["fidelity"]["output_sqnr_db_min"],
+        "fidelity": fidelity["emulated"]["value"],
+        "meets_fidelity": fidelity["emulated"]["meets"],
+        "fidelity_native": fidelity["native"]["value"],
+        "max_output_difference_to_native": difference,
+    }, isa
+
+
+def _outputs(sess, feeds: list[dict]) -> list[list[np.ndarray]]:
+    return [sess.run(None, feed) for feed in feeds]
+
+
+def _emulated_outputs(folder: Path, feeds: list[dict]) -> tuple[list[list[np.ndarray]], dict]:
+    """The INT8 model's outputs on `feeds`, computed by benchmarks/zoo_targets_child.py under
+    qemu's AVX2-only CPU, and that CPU's INT8 path."""
+    np.savez(folder / "feeds.npz", **_flat(feeds))
+    run = subprocess.run(  # its errors go to our stderr
+        [str(AS_CPU), TARGET, sys.executable, "-m", "benchmarks.zoo_targets_child"]
+        + [str(folder / "int8.onnx"), str(folder / "feeds.npz"), str(folder / "outputs.npz")],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=Path(__file__).parents[1],
+    )
+    if run.returncode != 0:
+        raise SystemExit(f"zoo_targets: the emulated run failed (exit {run.returncode})")
+    return _unflat(np.load(folder / "outputs.npz")), json.loads(run.stdout)["isa"]
+
+
+def _flat(batches: list) -> dict[str, np.ndarray]:
+    """A list of feeds (dicts) or of output lists as .npz members named INDEX/KEY."""
+    return {
+        f"{i}/{key}": array
+        for i, batch in enumerate(batches)
+        for key, array in (batch.items() if isinstance(batch, dict) else enumerate(batch))
+    }
+
+
+def _unflat(archive) -> list[list[np.ndarray]]:
+    """Output lists back from `_flat`'s members."""
+    rows: dict[int, dict[int, np.ndarray]] = {}
+    for member in archive.files:
+        i, j = map(int, member.split("/"))
+        rows.setdefault(i, {})[j] = archive[member]
+    return [[row[j] for j in sorted(row)] for _, row in sorted(rows.items())]
+
+
+def _markdown(r: dict) -> str:
+    isa = r["isa_emulated"] or {}
+    lines = [
+        f"# Model zoo on an emulated AVX2 CPU ({isa.get('int8_gemm_path', 'not run')}), "
+        "INT8 made by the CLI's defaults for avx2",
+        "",
+        "Fidelity only, against FP32 as exported (run natively on "
+        f"{r['isa_native']['cpu']}); the INT8 model under emulation, and natively beside it.",
+        "",
+        "| model | weights | output SQNR (held-out calibration) | fidelity, emulated AVX2 "
+        "| target | fidelity, native | largest output difference, emulated vs native |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for m in r["models"]:
+        if m["status"] != "ok":
+            lines.append(f"| {m['name']} | {m['status']} | | | {m['fidelity_target']} | | |")
+            continue
+        verdict = "meets" if m["meets_fidelity"] else "misses"
+        lines.append(
+            f"| {m['name']} | {m['weights']} | {m['output_sqnr_db']:.1f} dB "
+            f"| {m['fidelity']:.4f} {verdict} | {m['fidelity_target']} "
+            f"| {m['fidelity_native']:.4f} | {m['max_output_difference_to_native']:.3g} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    main()
