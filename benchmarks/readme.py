@@ -32,6 +32,7 @@ def render() -> str:
             _calogan_targets(_load("calogan_targets")),
             _scale_out(_load("scale_out")),
             _zoo(_per_target("zoo")),
+            _zoo_targets(_load("zoo_targets")),
         ]
     )
 
@@ -340,6 +341,23 @@ def _zoo(stems: list[str]) -> str:
     )
     rows = [row for model_rows in by_model.values() for row in model_rows]
     return title + "\n\n" + _table(header, rows, bold=-1)
+
+
+def _zoo_targets(d: dict) -> str:
+    """One line: each zoo model's fidelity on an emulated AVX2 CPU, as the current code makes it."""
+    models = "; ".join(f"{m['name']} {_avx2_fidelity(m)}" for m in d["models"])
+    return (
+        "**Model zoo on an AVX2 CPU** (INT8 made by the CLI's defaults for avx2 and run emulated, "
+        f"fidelity only: `{d['command']}`, `zoo_targets.md`; "
+        f"{_where({'isa': d['isa_emulated'], 'commit': d['commit']})}): {models}."
+    )
+
+
+def _avx2_fidelity(record: dict) -> str:
+    if record["status"] != "ok":
+        return record["status"]
+    verdict = "meets" if record["meets_fidelity"] else "misses"
+    return f"{record['fidelity']:.4f} {verdict} ({record['weights']} weights)"
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from benchmarks.results import sized, write_results
 from benchmarks.targets import AS_CPU
 from benchmarks.zoo.run import FULL, REDUCED, all_models, cli_status, quantize_cli
 from benchmarks.zoo.zoo_model import ZooModel
+from calibration import load_feeds, save_feeds
 from quantize.runtime import session
 from quantize.target import host_isa
 
@@ -93,7 +94,7 @@ def _outputs(sess, feeds: list[dict]) -> list[list[np.ndarray]]:
 def _emulated_outputs(folder: Path, feeds: list[dict]) -> tuple[list[list[np.ndarray]], dict]:
     """The INT8 model's outputs on `feeds`, computed by benchmarks/zoo_targets_child.py under
     qemu's AVX2-only CPU, and that CPU's INT8 path."""
-    np.savez(folder / "feeds.npz", **_flat(feeds))
+    save_feeds(folder / "feeds.npz", feeds)
     run = subprocess.run(  # its errors go to our stderr
         [str(AS_CPU), TARGET, sys.executable, "-m", "benchmarks.zoo_targets_child"]
         + [str(folder / "int8.onnx"), str(folder / "feeds.npz"), str(folder / "outputs.npz")],
@@ -103,25 +104,8 @@ def _emulated_outputs(folder: Path, feeds: list[dict]) -> tuple[list[list[np.nda
     )
     if run.returncode != 0:
         raise SystemExit(f"zoo_targets: the emulated run failed (exit {run.returncode})")
-    return _unflat(np.load(folder / "outputs.npz")), json.loads(run.stdout)["isa"]
-
-
-def _flat(batches: list) -> dict[str, np.ndarray]:
-    """A list of feeds (dicts) or of output lists as .npz members named INDEX/KEY."""
-    return {
-        f"{i}/{key}": array
-        for i, batch in enumerate(batches)
-        for key, array in (batch.items() if isinstance(batch, dict) else enumerate(batch))
-    }
-
-
-def _unflat(archive) -> list[list[np.ndarray]]:
-    """Output lists back from `_flat`'s members."""
-    rows: dict[int, dict[int, np.ndarray]] = {}
-    for member in archive.files:
-        i, j = map(int, member.split("/"))
-        rows.setdefault(i, {})[j] = archive[member]
-    return [[row[j] for j in sorted(row)] for _, row in sorted(rows.items())]
+    outputs = [[o[str(j)] for j in range(len(o))] for o in load_feeds(folder / "outputs.npz")]
+    return outputs, json.loads(run.stdout)["isa"]
 
 
 def _markdown(r: dict) -> str:

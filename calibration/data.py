@@ -1,9 +1,10 @@
 """Calibration data sources, read in batches so that a file larger than memory works.
 
-The first axis of every array is the sample axis. Each source knows its sample count up
-front and yields `{input name: array}` batches for any [start, stop) window; every batch is
-checked against the model's inputs (dtype kind, static dimensions, NaN/Inf) and a problem is
-reported as a `InputError` naming the file.
+The first axis of every array is the sample axis, except in whole feeds (a list of
+`{input name: array}`, or an .npz of them written by `save_feeds`), each a batch of its own.
+Each source knows its sample count up front and yields `{input name: array}` batches for any
+[start, stop) window; every batch is checked against the model's inputs (dtype kind, rank,
+static dimensions, NaN/Inf) and a problem is reported as a `InputError` naming the file.
 """
 
 import zipfile
@@ -110,19 +111,63 @@ def open_calibration(
     return source
 
 
+def save_feeds(path, feeds: list[dict[str, np.ndarray]]) -> None:
+    """Whole feeds in one .npz, a member INDEX/INPUT each: the file form of a list of feeds, for
+    inputs that are not rows of one array (a scalar, a state whose batch axis is not the first,
+    sequences of different lengths). `open_calibration` and `load_feeds` read it back."""
+    np.savez(
+        path,
+        **{f"{i}/{name}": array for i, feed in enumerate(feeds) for name, array in feed.items()},
+    )
+
+
+def load_feeds(path) -> list[dict[str, np.ndarray]]:
+    """The feeds `save_feeds` wrote, in memory."""
+    with np.load(path, allow_pickle=False) as archive:
+        feeds: dict[int, dict[str, np.ndarray]] = {}
+        for member in archive.files:
+            index, name = member.split("/", 1)
+            feeds.setdefault(int(index), {})[name] = archive[member]
+    return [feeds[i] for i in sorted(feeds)]
+
+
 def _feeds(feeds: list[dict[str, np.ndarray]], inputs: list[InputSpec]) -> CalibrationSource:
     where = Path("<calibration feeds>")
     if not feeds:
         raise InputError(where, "the calibration set is empty (0 feeds)")
     for i, feed in enumerate(feeds):
-        missing = [s.name for s in inputs if s.name not in feed]
-        if missing:
-            raise InputError(
-                where, f"feed {i} has no array for model input(s) {', '.join(missing)}"
-            )
+        _check_feed(where, i, feed.keys(), inputs)
     return CalibrationSource(
         where, inputs, len(feeds), lambda start, stop: feeds[start], prebatched=True
     )
+
+
+def _npz_feeds(path: Path, members: list[str], inputs: list[InputSpec]) -> CalibrationSource:
+    """An .npz of whole feeds (`save_feeds`), each member read when its feed is."""
+    present: dict[int, set[str]] = {}
+    for member in members:
+        index, name = member.split("/", 1)
+        if not index.isdigit():
+            raise InputError(path, f"member {member}: whole feeds are stored as INDEX/INPUT")
+        present.setdefault(int(index), set()).add(name)
+    if sorted(present) != list(range(len(present))):
+        raise InputError(path, f"feeds are not numbered 0 to {len(present) - 1} without a gap")
+    for index, names in sorted(present.items()):
+        _check_feed(path, index, names, inputs)
+    archive = np.load(path, allow_pickle=False)
+
+    def read(start: int, stop: int) -> dict[str, np.ndarray]:
+        return {spec.name: archive[f"{start}/{spec.name}"] for spec in inputs}
+
+    return CalibrationSource(path, inputs, len(present), read, prebatched=True)
+
+
+def _check_feed(where: Path, index: int, names, inputs: list[InputSpec]) -> None:
+    missing = [s.name for s in inputs if s.name not in names]
+    if missing:
+        raise InputError(
+            where, f"feed {index} has no array for model input(s) {', '.join(missing)}"
+        )
 
 
 def _single_input(path: Path, inputs: list[InputSpec], what: str) -> InputSpec:
@@ -150,6 +195,9 @@ def _npz(path: Path, inputs: list[InputSpec]) -> CalibrationSource:
         archive = zipfile.ZipFile(path)
     except (zipfile.BadZipFile, OSError) as exc:
         raise InputError(path, f"not a .npz archive ({_reason(exc)})") from None
+    stored = [n.removesuffix(".npy") for n in archive.namelist() if n.endswith(".npy")]
+    if stored and all("/" in n for n in stored):
+        return _npz_feeds(path, stored, inputs)
     members = {Path(n).stem: n for n in archive.namelist() if n.endswith(".npy")}
     missing = [s.name for s in inputs if s.name not in members]
     if missing:
@@ -192,7 +240,11 @@ def _npz_header(path: Path, archive: zipfile.ZipFile, member: str):
             path, f"member {member} is stored in Fortran order; save it C-contiguous to stream it"
         )
     if not shape:
-        raise InputError(path, f"member {member} is a scalar, not an array of samples")
+        raise InputError(
+            path,
+            f"member {member} is a scalar, not an array of samples; a scalar or state input "
+            "needs whole feeds (calibration.save_feeds: members INDEX/INPUT)",
+        )
     return shape, dtype, offset
 
 
@@ -303,6 +355,11 @@ def _check_rank(path: Path, spec: InputSpec, shape: tuple, dtype: np.dtype) -> N
 
 
 def _conform(path: Path, spec: InputSpec, array: np.ndarray, first: int) -> np.ndarray:
+    if array.ndim != len(spec.shape):
+        raise InputError(
+            path,
+            f"input '{spec.name}': data of shape {array.shape} for the model's rank {len(spec.shape)} {_shape_text(spec.shape)}",
+        )
     for axis, (want, got) in enumerate(zip(spec.shape[1:], array.shape[1:]), 1):
         if want is not None and want != got:
             raise InputError(
@@ -321,7 +378,7 @@ def _conform(path: Path, spec: InputSpec, array: np.ndarray, first: int) -> np.n
             f"input '{spec.name}': data dtype {array.dtype} does not match the model's {spec.dtype}",
         )
     if model_kind == "f" and data_kind == "f":
-        bad = ~np.isfinite(array.reshape(len(array), -1)).all(axis=1)
+        bad = ~np.isfinite(array.reshape(len(array) if array.ndim else 1, -1)).all(axis=1)
         if bad.any():
             raise InputError(
                 path,

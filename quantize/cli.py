@@ -30,7 +30,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--calib",
         required=True,
-        help=".npy, .npz (keys = input names), .h5 (datasets = input names, or FILE.h5:DATASET), or a directory of images",
+        help=".npy, .npz (keys = input names; or whole feeds, members INDEX/INPUT, for scalar and state inputs), .h5 (datasets = input names, or FILE.h5:DATASET), or a directory of images",
     )
     p.add_argument(
         "-o",

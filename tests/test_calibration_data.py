@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from calibration import ImagePreprocess, InputSpec, open_calibration
+from calibration import ImagePreprocess, InputSpec, load_feeds, open_calibration, save_feeds
 from onnxio import InputError
 
 SPEC = [InputSpec("x", (None, 3, 4, 4), np.dtype(np.float32))]
@@ -103,3 +103,48 @@ def test_input_files_are_not_modified(tmp_path):
     before = (tmp_path / "c.npy").read_bytes()
     _all(open_calibration(tmp_path / "c.npy", SPEC))
     assert (tmp_path / "c.npy").read_bytes() == before
+
+
+STATEFUL = [
+    InputSpec("x", (None, 6), np.dtype(np.float32)),
+    InputSpec("state", (2, None, 4), np.dtype(np.float32)),  # batch on axis 1, as Silero VAD's
+    InputSpec("rate", (), np.dtype(np.int64)),
+]
+
+
+def _stateful_feeds(n: int) -> list[dict[str, np.ndarray]]:
+    rng = np.random.default_rng(5)
+    return [
+        {
+            "x": rng.normal(size=(i + 1, 6)).astype(np.float32),
+            "state": rng.normal(size=(2, i + 1, 4)).astype(np.float32),
+            "rate": np.array(16000),
+        }
+        for i in range(n)
+    ]
+
+
+def test_whole_feeds_in_an_npz_are_read_back_feed_by_feed(tmp_path):
+    feeds = _stateful_feeds(3)
+    save_feeds(tmp_path / "feeds.npz", feeds)
+    source = open_calibration(tmp_path / "feeds.npz", STATEFUL)
+    assert source.num_samples == 3 and source.prebatched
+    for want, got in zip(feeds, source.batches(0, 3, 32)):
+        assert got.keys() == want.keys()
+        for name in want:
+            np.testing.assert_array_equal(got[name], want[name])
+    assert [f.keys() for f in load_feeds(tmp_path / "feeds.npz")] == [f.keys() for f in feeds]
+
+
+def test_a_feed_archive_with_a_gap_a_missing_input_or_a_wrong_rank_is_an_error(tmp_path):
+    feeds = _stateful_feeds(3)
+    save_feeds(tmp_path / "gap.npz", [feeds[0], {}, feeds[2]])
+    save_feeds(tmp_path / "missing.npz", [feeds[0], {"x": feeds[1]["x"]}])
+    save_feeds(tmp_path / "rank.npz", [{**feeds[0], "rate": np.array([16000])}])
+    assert "not numbered 0 to 1 without a gap" in _error(tmp_path, "gap.npz", STATEFUL)
+    assert "feed 1 has no array for model input(s) state, rate" in _error(
+        tmp_path, "missing.npz", STATEFUL
+    )
+    assert "input 'rate': data of shape (1,) for the model's rank 0 ()" in _error(
+        tmp_path, "rank.npz", STATEFUL
+    )

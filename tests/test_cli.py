@@ -479,3 +479,72 @@ def test_a_recipe_from_a_model_quantize_did_not_make_is_one_line(conv_model, cal
         run.stderr.strip()
         == f"quantize: error: {conv_model}: the model carries no quantize recipe: it was not made by quantize"
     )
+
+
+def _stateful_model(path) -> None:
+    """y = Relu(x @ W) * rate / 16000 + mean of the state over its layers and width: a scalar
+    input and a state whose batch axis is the second, as Silero VAD's."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    weight = np.random.default_rng(6).normal(0, 0.3, (6, 6)).astype(np.float32)
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"], name="matmul"),
+        helper.make_node("Relu", ["h"], ["r"], name="relu"),
+        helper.make_node("Cast", ["rate"], ["rate_f"], to=TensorProto.FLOAT),
+        helper.make_node("Div", ["rate_f", "unit"], ["scale"]),
+        helper.make_node("Mul", ["r", "scale"], ["scaled"]),
+        helper.make_node("ReduceMean", ["state", "axes"], ["s"], keepdims=0),
+        helper.make_node("Unsqueeze", ["s", "last"], ["s1"]),
+        helper.make_node("Add", ["scaled", "s1"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "stateful",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 6]),
+            helper.make_tensor_value_info("state", TensorProto.FLOAT, [2, "batch", 4]),
+            helper.make_tensor_value_info("rate", TensorProto.INT64, []),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 6])],
+        [
+            numpy_helper.from_array(weight, "w"),
+            numpy_helper.from_array(np.float32(16000), "unit"),
+            numpy_helper.from_array(np.array([0, 2], np.int64), "axes"),
+            numpy_helper.from_array(np.array([1], np.int64), "last"),
+        ],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]), str(path))
+
+
+def test_whole_feeds_calibrate_a_model_with_a_scalar_input_and_a_state(tmp_path):
+    from calibration import save_feeds
+
+    _stateful_model(tmp_path / "vad.onnx")
+    rng = np.random.default_rng(7)
+    feeds = [
+        {
+            "x": rng.normal(size=(4, 6)).astype(np.float32),
+            "state": rng.normal(size=(2, 4, 4)).astype(np.float32),
+            "rate": np.array(16000),
+        }
+        for _ in range(24)
+    ]
+    save_feeds(tmp_path / "feeds.npz", feeds)
+    run = quantize(
+        tmp_path / "vad.onnx",
+        "--calib",
+        tmp_path / "feeds.npz",
+        "-o",
+        tmp_path / "out.onnx",
+        "--json",
+        "--no-kernel-timing",
+    )
+    assert run.returncode == 0, run.stderr
+    summary = json.loads(run.stdout)
+    assert summary["coverage"]["by_op_type"]["Gemm"] == {"int8": 1, "fp32": 0}  # the MatMul
+    assert summary["calibration"]["samples"] > 0
+    stacked = tmp_path / "stacked.npz"  # the same data as rows: the state's batch is not axis 0
+    np.savez(stacked, x=np.zeros((8, 6), np.float32), state=np.zeros((2, 8, 4), np.float32))
+    run = quantize(tmp_path / "vad.onnx", "--calib", stacked)
+    assert run.returncode == 2 and "Traceback" not in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1 and str(stacked) in run.stderr
