@@ -4,9 +4,12 @@ by the CLI's defaults for that target (`quantize MODEL --calib DATA --target avx
 The INT8 models run on an emulated CPU (../shared/tools/as-cpu avx2, qemu: MLAS takes its AVX2
 kernels, whose u8s8 products saturate in int16, whatever the host), so this runs on any machine;
 fidelity only, emulated speed means nothing, and kernel timing is off for a model not made for
-this CPU. Each model is also run natively: paired and int7 weights are exact on both paths, so
-the two must agree. Fidelity is measured against FP32 as exported, run natively, on the zoo's
-held-out inputs (`benchmarks/zoo`). Writes benchmarks/results/zoo_targets.{json,md}.
+this CPU. Each model is also run natively beside it: with paired, int7 or uint8 weights the
+integer GEMMs and convolutions compute the same on both paths, but float nodes and other kernels
+(element-wise requantization) may round differently per ISA, and a value moved across a rounding
+boundary moves the next uint8 level; the largest output difference is recorded. Fidelity is
+measured against FP32 as exported, run natively, on the zoo's held-out inputs (`benchmarks/zoo`).
+Writes benchmarks/results/zoo_targets.{json,md}.
 """
 
 import json

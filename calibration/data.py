@@ -157,7 +157,16 @@ def _npz_feeds(path: Path, members: list[str], inputs: list[InputSpec]) -> Calib
     archive = np.load(path, allow_pickle=False)
 
     def read(start: int, stop: int) -> dict[str, np.ndarray]:
-        return {spec.name: archive[f"{start}/{spec.name}"] for spec in inputs}
+        feed = {}
+        for spec in inputs:
+            member = f"{start}/{spec.name}"
+            try:
+                feed[spec.name] = archive[member]
+            except (ValueError, OSError, zipfile.BadZipFile) as exc:
+                raise InputError(
+                    path, f"member {member} is not a numeric array ({_reason(exc)})"
+                ) from None
+        return feed
 
     return CalibrationSource(path, inputs, len(present), read, prebatched=True)
 
@@ -358,7 +367,7 @@ def _conform(path: Path, spec: InputSpec, array: np.ndarray, first: int) -> np.n
     if array.ndim != len(spec.shape):
         raise InputError(
             path,
-            f"input '{spec.name}': data of shape {array.shape} for the model's rank {len(spec.shape)} {_shape_text(spec.shape)}",
+            f"input '{spec.name}': data has shape {array.shape}, the model expects rank {len(spec.shape)} {_shape_text(spec.shape)}",
         )
     for axis, (want, got) in enumerate(zip(spec.shape[1:], array.shape[1:]), 1):
         if want is not None and want != got:

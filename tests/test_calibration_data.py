@@ -145,6 +145,8 @@ def test_a_feed_archive_with_a_gap_a_missing_input_or_a_wrong_rank_is_an_error(t
     assert "feed 1 has no array for model input(s) state, rate" in _error(
         tmp_path, "missing.npz", STATEFUL
     )
-    assert "input 'rate': data of shape (1,) for the model's rank 0 ()" in _error(
+    assert "input 'rate': data has shape (1,), the model expects rank 0 ()" in _error(
         tmp_path, "rank.npz", STATEFUL
     )
+    np.savez(tmp_path / "objects.npz", **{"0/x": np.array([{}], object)})
+    assert "member 0/x is not a numeric array" in _error(tmp_path, "objects.npz", STATEFUL[:1])

@@ -100,3 +100,14 @@ def test_a_benchmark_package_is_recorded_as_the_command_that_runs_it(monkeypatch
     monkeypatch.setitem(sys.modules, "__main__", main)
     monkeypatch.setattr(sys, "argv", ["/work/benchmarks/zoo/__main__.py", "--quick"])
     assert command() == "python -m benchmarks.zoo --quick"
+
+
+def test_the_zoo_on_avx2_line_gives_every_model_its_emulated_fidelity():
+    data = json.loads((readme.RESULTS / "zoo_targets.json").read_text())
+    line = readme._zoo_targets(data)
+    for model in data["models"]:
+        assert model["name"] in line
+    first = data["models"][0]
+    assert f"{first['name']} {first['fidelity']:.4f}" in line
+    first.update(fidelity=0.1234, meets_fidelity=False)
+    assert f"{first['name']} 0.1234 misses" in readme._zoo_targets(data)
