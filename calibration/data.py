@@ -147,8 +147,6 @@ def _npz_feeds(path: Path, members: list[str], inputs: list[InputSpec]) -> Calib
     present: dict[int, set[str]] = {}
     for member in members:
         index, name = member.split("/", 1)
-        if not index.isdigit():
-            raise InputError(path, f"member {member}: whole feeds are stored as INDEX/INPUT")
         present.setdefault(int(index), set()).add(name)
     if sorted(present) != list(range(len(present))):
         raise InputError(path, f"feeds are not numbered 0 to {len(present) - 1} without a gap")
@@ -205,7 +203,7 @@ def _npz(path: Path, inputs: list[InputSpec]) -> CalibrationSource:
     except (zipfile.BadZipFile, OSError) as exc:
         raise InputError(path, f"not a .npz archive ({_reason(exc)})") from None
     stored = [n.removesuffix(".npy") for n in archive.namelist() if n.endswith(".npy")]
-    if stored and all("/" in n for n in stored):
+    if stored and all(n.split("/", 1)[0].isdigit() and "/" in n for n in stored):
         return _npz_feeds(path, stored, inputs)
     members = {Path(n).stem: n for n in archive.namelist() if n.endswith(".npy")}
     missing = [s.name for s in inputs if s.name not in members]

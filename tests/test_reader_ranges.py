@@ -20,7 +20,7 @@ from quantize.reader_ranges import (
 from quantize.validate import layer_sqnr
 
 
-def silu_net(
+def dead_channel_net(
     dead_channel_bias: float = -60.0, extra_reader: bool = False, hard_swish: bool = False
 ) -> onnx.ModelProto:
     """x -> Conv (one channel biased far below zero, as a trained net's dead channels are) ->
@@ -30,7 +30,7 @@ def silu_net(
     bias = np.zeros(8, np.float32)
     bias[0] = dead_channel_bias
     activation = (
-        [helper.make_node("HardSwish", ["c"], ["m"], name="mul")]
+        [helper.make_node("HardSwish", ["c"], ["m"], name="mul")]  # named as the SiLU's last node
         if hard_swish
         else [
             helper.make_node("Sigmoid", ["c"], ["s"], name="sigmoid"),
@@ -49,7 +49,7 @@ def silu_net(
         numpy_helper.from_array(bias, "b1"),
         numpy_helper.from_array(rng.normal(0, 0.3, (8, 8, 1, 1)).astype(np.float32), "w2"),
     ]
-    return image_model(nodes, inits, "silu", y_channels=8)
+    return image_model(nodes, inits, "dead_channel", y_channels=8)
 
 
 def _silu(x: float) -> float:
@@ -65,14 +65,14 @@ ALL = {"conv1", "sigmoid", "mul", "conv2", "add"}
 
 def test_a_silu_input_is_clipped_where_the_silu_is_a_quarter_step_from_zero():
     ranges = {"c": (-30.0, 6.0), "s": (0.0, 1.0), "m": (-0.28, 6.0)}
-    lo, hi = narrowed_to_readers(_cleaned(silu_net()), ALL, ranges)["c"]
+    lo, hi = narrowed_to_readers(_cleaned(dead_channel_net()), ALL, ranges)["c"]
     step = (6.0 + 0.28) / 255
     assert hi == 6.0 and -10 < lo < SILU_ARGMIN
     assert _silu(lo) == pytest.approx(-CLIPPED_ERROR * step, rel=1e-6)
 
 
 def test_a_range_already_inside_the_visible_part_or_a_coarse_output_keeps_its_bounds():
-    model = _cleaned(silu_net())
+    model = _cleaned(dead_channel_net())
     visible = {"c": (-3.0, 6.0), "m": (-0.28, 6.0)}
     assert narrowed_to_readers(model, ALL, visible)["c"] == (-3.0, 6.0)
     coarse = {"c": (-30.0, 600.0), "m": (-0.28, 600.0)}  # a quarter step exceeds SiLU's dip
@@ -80,7 +80,7 @@ def test_a_range_already_inside_the_visible_part_or_a_coarse_output_keeps_its_bo
 
 
 def test_a_hard_swish_input_is_clipped_at_minus_three_where_the_hard_swish_is_zero():
-    model = _cleaned(silu_net(hard_swish=True))
+    model = _cleaned(dead_channel_net(hard_swish=True))
     assert narrowed_to_readers(model, ALL, {"c": (-30.0, 6.0)})["c"] == (HARD_SWISH_ZERO, 6.0)
     assert narrowed_to_readers(model, ALL, {"c": (-2.0, 6.0)})["c"] == (-2.0, 6.0)
 
@@ -88,10 +88,13 @@ def test_a_hard_swish_input_is_clipped_at_minus_three_where_the_hard_swish_is_ze
 @pytest.mark.parametrize(
     ("model", "nodes"),
     [
-        (silu_net(extra_reader=True), ALL),  # an Add reads the tail too
-        (silu_net(), ALL - {"mul"}),  # the SiLU runs in float: its input's grid is all that counts
-        (silu_net(hard_swish=True, extra_reader=True), ALL),
-        (silu_net(hard_swish=True), ALL - {"mul"}),
+        (dead_channel_net(extra_reader=True), ALL),  # an Add reads the tail too
+        (
+            dead_channel_net(),
+            ALL - {"mul"},
+        ),  # the SiLU runs in float: its input's grid is all that counts
+        (dead_channel_net(hard_swish=True, extra_reader=True), ALL),
+        (dead_channel_net(hard_swish=True), ALL - {"mul"}),
     ],
 )
 def test_a_tensor_another_reader_sees_keeps_its_tail(model, nodes):
@@ -103,7 +106,7 @@ def test_a_tensor_another_reader_sees_keeps_its_tail(model, nodes):
 def test_clipping_the_dead_tail_makes_the_int8_model_more_faithful(
     tmp_path, monkeypatch, hard_swish
 ):
-    onnx.save(silu_net(hard_swish=hard_swish), str(tmp_path / "net.onnx"))
+    onnx.save(dead_channel_net(hard_swish=hard_swish), str(tmp_path / "net.onnx"))
     np.save(tmp_path / "x.npy", images(64))
     recipe = Recipe(ranges=MinMax(), kernel_timing=False, bias_correction=False)
 
@@ -119,7 +122,7 @@ def test_clipping_the_dead_tail_makes_the_int8_model_more_faithful(
 
 
 def test_a_clipped_tensor_is_judged_by_its_rounding_against_fp32_clipped_the_same(tmp_path):
-    onnx.save(silu_net(), str(tmp_path / "silu.onnx"))
+    onnx.save(dead_channel_net(), str(tmp_path / "silu.onnx"))
     np.save(tmp_path / "x.npy", images(64))
     recipe = Recipe(ranges=MinMax(), kernel_timing=False, bias_correction=False)
     result = quantize(tmp_path / "silu.onnx", tmp_path / "x.npy", recipe)
