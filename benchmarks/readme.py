@@ -354,10 +354,11 @@ def _zoo_targets(d: dict) -> str:
 
 
 def _avx2_fidelity(record: dict) -> str:
+    from benchmarks.zoo.run import fidelity_verdict
+
     if record["status"] != "ok":
         return record["status"]
-    verdict = "meets" if record["meets_fidelity"] else "misses"
-    return f"{record['fidelity']:.4f} {verdict} ({record['weights']} weights)"
+    return f"{fidelity_verdict(record)} ({record['weights']} weights)"
 
 
 if __name__ == "__main__":

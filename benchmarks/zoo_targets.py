@@ -23,7 +23,14 @@ import onnx
 
 from benchmarks.results import sized, write_results
 from benchmarks.targets import AS_CPU
-from benchmarks.zoo.run import FULL, REDUCED, all_models, cli_status, quantize_cli
+from benchmarks.zoo.run import (
+    FULL,
+    REDUCED,
+    all_models,
+    cli_status,
+    fidelity_verdict,
+    quantize_cli,
+)
 from benchmarks.zoo.zoo_model import ZooModel
 from calibration import load_feeds, save_feeds
 from quantize.runtime import session
@@ -129,10 +136,9 @@ def _markdown(r: dict) -> str:
         if m["status"] != "ok":
             lines.append(f"| {m['name']} | {m['status']} | | | {m['fidelity_target']} | | |")
             continue
-        verdict = "meets" if m["meets_fidelity"] else "misses"
         lines.append(
             f"| {m['name']} | {m['weights']} | {m['output_sqnr_db']:.1f} dB "
-            f"| {m['fidelity']:.4f} {verdict} | {m['fidelity_target']} "
+            f"| {fidelity_verdict(m)} | {m['fidelity_target']} "
             f"| {m['fidelity_native']:.4f} | {m['max_output_difference_to_native']:.3g} |"
         )
     return "\n".join(lines) + "\n"

@@ -124,11 +124,10 @@ def save_feeds(path, feeds: list[dict[str, np.ndarray]]) -> None:
 def load_feeds(path) -> list[dict[str, np.ndarray]]:
     """The feeds `save_feeds` wrote, in memory."""
     with np.load(path, allow_pickle=False) as archive:
-        feeds: dict[int, dict[str, np.ndarray]] = {}
-        for member in archive.files:
-            index, name = member.split("/", 1)
-            feeds.setdefault(int(index), {})[name] = archive[member]
-    return [feeds[i] for i in sorted(feeds)]
+        feeds = _feed_members(archive.files)
+        return [
+            {name: archive[f"{index}/{name}"] for name in feeds[index]} for index in sorted(feeds)
+        ]
 
 
 def _feeds(feeds: list[dict[str, np.ndarray]], inputs: list[InputSpec]) -> CalibrationSource:
@@ -144,10 +143,7 @@ def _feeds(feeds: list[dict[str, np.ndarray]], inputs: list[InputSpec]) -> Calib
 
 def _npz_feeds(path: Path, members: list[str], inputs: list[InputSpec]) -> CalibrationSource:
     """An .npz of whole feeds (`save_feeds`), each member read when its feed is."""
-    present: dict[int, set[str]] = {}
-    for member in members:
-        index, name = member.split("/", 1)
-        present.setdefault(int(index), set()).add(name)
+    present = _feed_members(members)
     if sorted(present) != list(range(len(present))):
         raise InputError(path, f"feeds are not numbered 0 to {len(present) - 1} without a gap")
     for index, names in sorted(present.items()):
@@ -167,6 +163,15 @@ def _npz_feeds(path: Path, members: list[str], inputs: list[InputSpec]) -> Calib
         return feed
 
     return CalibrationSource(path, inputs, len(present), read, prebatched=True)
+
+
+def _feed_members(members: list[str]) -> dict[int, list[str]]:
+    """Member names INDEX/INPUT (.npy stripped) as each feed's input names."""
+    feeds: dict[int, list[str]] = {}
+    for member in members:
+        index, name = member.split("/", 1)
+        feeds.setdefault(int(index), []).append(name)
+    return feeds
 
 
 def _check_feed(where: Path, index: int, names, inputs: list[InputSpec]) -> None:
