@@ -94,6 +94,7 @@ def _fidelity_on_avx2(model: ZooModel) -> tuple[dict, dict | None]:
         "fidelity": fidelity["emulated"]["value"],
         "meets_fidelity": fidelity["emulated"]["meets"],
         "fidelity_native": fidelity["native"]["value"],
+        "fidelity_detail": {"int8": fidelity["emulated"], "native": fidelity["native"]},
         "max_output_difference_to_native": difference,
     }, isa
 

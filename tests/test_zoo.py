@@ -134,13 +134,13 @@ def test_the_yolo_metric_also_scores_the_detections_nudenet_reports():
     faces = [(80, 80, 40, 1, 0.9), (240, 200, 60, 3, 0.6)]
     fp32 = [_yolo_output(faces + [(82, 80, 40, 1, 0.8), (160, 160, 50, 2, 0.2)])]
     # the second anchor on the first face is suppressed; one under NudeNet's 0.25 is not reported
-    same = yolo._top_anchor_agreement(None, fp32, fp32)
+    same = yolo._anchors_and_detections(None, fp32, fp32)
     assert same["value"] == 1.0 and same["detection_f1"] == 1.0 and same["detections"] == 2
     # INT8 loses the second face under the threshold and moves a sub-threshold anchor's score
     int8 = [
         _yolo_output([faces[0], (240, 200, 60, 3, 0.24), (82, 80, 40, 1, 0.8), (0, 0, 9, 2, 0.2)])
     ]
-    moved = yolo._top_anchor_agreement(None, fp32, int8)
+    moved = yolo._anchors_and_detections(None, fp32, int8)
     assert moved["detection_f1"] == pytest.approx(2 * 1 / 3)
     assert moved["value"] == pytest.approx(8 / 10)  # two of the ten top anchors moved
     record = {"fidelity": moved["value"], "meets_fidelity": False}

@@ -72,8 +72,10 @@ def people_photos() -> list[Image.Image]:
     return _deb_pictures("opencv-doc", "usr/share/doc/opencv-doc/examples/data", PEOPLE_PHOTOS)
 
 
+@cache
 def _deb_pictures(package: str, directory: str, names: tuple[str, ...]) -> list[Image.Image]:
-    """Pictures `package` ships in `directory`, as RGB (extracted once into the cache)."""
+    """Pictures `package` ships in `directory`, as RGB (extracted once into the cache, decoded
+    once a process: every crop and page reads them)."""
     folder = cache_dir("zoo", "photos")
     if not all((folder / name).exists() for name in names):
         deb = fetch_packages((package,), cache_dir("zoo", "debs"))[package]
