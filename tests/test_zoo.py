@@ -8,6 +8,7 @@ import numpy as np
 import onnx
 import pytest
 
+from benchmarks.weight_formats import measured_models
 from benchmarks.zoo import captcha, layout, yolo
 from benchmarks.zoo.run import (
     REDUCED,
@@ -183,3 +184,10 @@ def _captcha_logits(text: str) -> np.ndarray:
     logits = np.zeros((len(steps), 1, len(charset)), np.float32)
     logits[np.arange(len(steps)), 0, steps] = 1.0
     return logits
+
+
+def test_the_weight_format_benchmark_measures_every_zoo_model_but_minilms_second_export():
+    names = [m.name for m in all_models()]
+    measured = [m.name for m in measured_models()]
+    assert names == measured[:1] + ["all-MiniLM-L6-v2 (dynamo)"] + measured[1:]
+    assert "EasyOCR English recogniser" in measured  # also a dynamo export
