@@ -14,6 +14,7 @@ from functools import partial
 
 from benchmarks.results import for_this_cpu, sized, write_results
 from benchmarks.zoo.run import FULL, REDUCED, all_models, calibrated, untimed_recipe
+from benchmarks.zoo.zoo_model import ZooModel
 from quantize.bench import compare
 from quantize.frontend import load_model
 from quantize.pipeline import with_weights
@@ -84,7 +85,7 @@ def _table(records: list[dict]) -> str:
     )
 
 
-def measured_models() -> list:
+def measured_models() -> list[ZooModel]:
     """Every zoo model but MiniLM's dynamo export, the same weights as its TorchScript one."""
     return [m for m in all_models() if not (m.name.startswith("all-MiniLM") and "dynamo" in m.name)]
 

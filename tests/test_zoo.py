@@ -187,7 +187,6 @@ def _captcha_logits(text: str) -> np.ndarray:
 
 
 def test_the_weight_format_benchmark_measures_every_zoo_model_but_minilms_second_export():
-    names = [m.name for m in all_models()]
-    measured = [m.name for m in measured_models()]
-    assert names == measured[:1] + ["all-MiniLM-L6-v2 (dynamo)"] + measured[1:]
-    assert "EasyOCR English recogniser" in measured  # also a dynamo export
+    measured = [m.name for m in measured_models()]  # EasyOCR's, a dynamo export too, among them
+    assert measured == [m.name for m in all_models() if m.name != "all-MiniLM-L6-v2 (dynamo)"]
+    assert "EasyOCR English recogniser" in measured
