@@ -134,8 +134,13 @@ def _resnet50(stems: list[str]) -> str:
     labels = {n: r["label"] for d in runs.values() for n, r in d["rows"].items()}
     first = next(iter(runs.values()))
     columns = ["top-1 %", "img/s 32x32", "x baseline", "img/s 224x224", "x baseline"]
+    trained = "".join(
+        f"; {stem.rsplit('_', 1)[1].upper()}: {d['training']}"
+        for stem, d in runs.items()
+        if "training" in d  # recorded since 7757100; the runs before trained the reference model
+    )
     title = (
-        f"**ResNet-50 against the rival quantizers** ({_sources(runs)}; "
+        f"**ResNet-50 against the rival quantizers** ({_sources(runs)}{trained}; "
         f"top-1 on {first['accuracy_input']}; speed at batch 32, {first['threads']} threads):"
     )
     return title + "\n\n" + _across_targets(runs, labels, columns, cells, bold="int8")
