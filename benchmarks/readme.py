@@ -137,7 +137,7 @@ def _resnet50(stems: list[str]) -> str:
     trained = "".join(
         f"; {stem.rsplit('_', 1)[1].upper()}: {d['training']}"
         for stem, d in runs.items()
-        if "training" in d  # recorded since 7757100; the runs before trained the reference model
+        if "training" in d  # recorded since a12ef79; the runs before trained the reference model
     )
     title = (
         f"**ResNet-50 against the rival quantizers** ({_sources(runs)}{trained}; "
