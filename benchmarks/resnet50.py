@@ -12,13 +12,12 @@ Ours times each Conv's kernels at the shapes it will serve (kernel timing; on AM
 run faster on the tiles), so ours is made twice: calibrated at 32x32, and on the same images
 upscaled to 224x224, told it will be served at batch 32 there (`--serve-batch 32`).
 `--model demo` runs it on the model `make demo` trains, where the reference one would take hours
-to train (a 2-core AVX2-only CPU): the files then say so.
+to train (a 2-core AVX2-only CPU): the files say which.
 Kernel timing measures ONNX Runtime's kernels, so the model made for OpenVINO
 (`Recipe(runtime="openvino")`, calibrated at 32x32) keeps no Conv FP32 on its account.
 """
 
 import argparse
-import json
 import time
 
 import numpy as np
@@ -34,7 +33,7 @@ from benchmarks.rivals import (
     tflite_full_int8,
 )
 from calibration import METHODS
-from models.resnet50.build import DEMO, TrainRecipe, build, test_images
+from models.resnet50.build import DEMO, TRAINED, add_model_option, build, test_images, trained_as
 from quantize import Recipe, RunOptions, quantize
 from quantize.bench import compare
 from quantize.coverage import kernel_counts, optimized_graph
@@ -68,15 +67,10 @@ def main() -> None:
         default=sized(6.0, 0.3),
         help="minimum timing per model and speed setting",
     )
-    parser.add_argument(
-        "--model",
-        choices=("reference", "demo"),
-        default="reference",
-        help="the trained ResNet-50: the reference (4 epochs) or `make demo`'s (minutes)",
-    )
+    add_model_option(parser)
     args = parser.parse_args()
     require_quark()
-    cache = build(DEMO if args.model == "demo" else sized(TrainRecipe(), DEMO))
+    cache = build(sized(TRAINED[args.model], DEMO))
     fp32 = onnx.load(str(cache / "resnet50.onnx"))
     calib = np.load(cache / "calib.npz")["image"]
     images, labels = test_images(sized(None, 500))
@@ -154,7 +148,7 @@ def main() -> None:
     result = {
         "machine": host_isa(),
         "threads": THREADS,
-        "training": _training(fp32),
+        "training": trained_as(fp32),
         "accuracy_input": "32x32x3, 10000 Fashion-MNIST test images",
         "calibration": {
             "samples": ours.calibration_samples,
@@ -205,14 +199,6 @@ def main() -> None:
 
 def _onnx_runner(model):
     return lambda shape: _first_output(session(model, THREADS))
-
-
-def _training(fp32: onnx.ModelProto) -> str:
-    """How the model was trained, from the recipe its export records."""
-    meta = {p.key: p.value for p in fp32.metadata_props}
-    recipe = json.loads(meta["resnet50.train_recipe"])
-    model = "the demo model (`make demo`)" if recipe["name"] == DEMO.name else "the reference model"
-    return f"{model}: {recipe['epochs']} epoch(s) on {recipe['train_samples']} images"
 
 
 def _first_output(runner):

@@ -23,7 +23,7 @@ import numpy as np
 import onnx
 
 from benchmarks.results import sized, write_results
-from models.resnet50.build import DEMO, TrainRecipe, build, test_images
+from models.resnet50.build import DEMO, TRAINED, add_model_option, build, test_images, trained_as
 from quantize import Recipe, RunOptions, quantize
 from quantize.bench import compare
 from quantize.runtime import TargetMismatchWarning, run_batches, session
@@ -53,8 +53,9 @@ def main() -> None:
         default=sized(500, 50),
         help="test images top-1 is read on under AVX2 emulation",
     )
+    add_model_option(parser)
     args = parser.parse_args()
-    cache = build(sized(TrainRecipe(), DEMO))
+    cache = build(sized(TRAINED[args.model], DEMO))
     images, labels = test_images(sized(None, 500))
     models, kernel_timing = _models(cache)
     runs = {name: (model, None) for name, model in models.items()}
@@ -84,7 +85,7 @@ def main() -> None:
 
     base = speed["fp32_clean"]["throughput"]
     result = {
-        "model": f"ResNet-50 trained on Fashion-MNIST ({json.loads(_meta(models['fp32_exported'], 'resnet50.train_recipe') or '{}').get('epochs', '?')} epochs), 32x32x3",
+        "model": f"ResNet-50 on Fashion-MNIST, {trained_as(models['fp32_exported'])}, 32x32x3",
         "threads": THREADS,
         "batch": BATCH,
         "test_images": len(labels),
@@ -174,10 +175,6 @@ def _emulated_top1(
         "isa": answer["isa"],
         "top1": dict(zip(models, answer["top1"])),
     }
-
-
-def _meta(model: onnx.ModelProto, key: str) -> str | None:
-    return next((p.value for p in model.metadata_props if p.key == key), None)
 
 
 def _markdown(result: dict) -> str:

@@ -46,6 +46,29 @@ DEMO = TrainRecipe(
 )
 
 
+# The trained models a benchmark can run on (`--model`): the reference takes hours on 2 AVX2 cores.
+TRAINED = {"reference": TrainRecipe(), "demo": DEMO}
+
+
+def add_model_option(parser) -> None:
+    """A benchmark's `--model`: the key of TRAINED it runs on."""
+    parser.add_argument(
+        "--model",
+        choices=TRAINED,
+        default="reference",
+        help="the trained ResNet-50: the reference (4 epochs) or `make demo`'s (minutes)",
+    )
+
+
+def trained_as(proto) -> str:
+    """How the exported ResNet-50 `proto` was trained, from the recipe its export records."""
+    meta = {p.key: p.value for p in proto.metadata_props}
+    recipe = json.loads(meta["resnet50.train_recipe"])
+    model = "the demo model (`make demo`)" if recipe["name"] == DEMO.name else "the reference model"
+    epochs = f"{recipe['epochs']} epoch{'s' if recipe['epochs'] > 1 else ''}"
+    return f"{model}: {epochs} on {recipe['train_samples']} images"
+
+
 def test_set() -> Path:
     """The 10k test images and labels: one file, whichever recipe trained the model."""
     return cache_dir("resnet50") / "test.npz"
