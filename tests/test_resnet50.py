@@ -12,7 +12,7 @@ from graphs import skip_outside_ci
 from PIL import Image
 
 from models.resnet50 import data
-from models.resnet50.build import TrainRecipe, build
+from models.resnet50.build import TrainRecipe, build, trained_as
 
 pytestmark = skip_outside_ci(
     not data.DATASET_DIR.exists(), "needs the Debian package dataset-fashion-mnist"
@@ -52,6 +52,8 @@ def test_build_caches_a_trained_model_with_its_preprocessing_recipe(cache):
     # a recipe other than the reference is cached apart; the test images are shared
     assert cache == cache.parents[1] / "resnet50" / "tiny"
     assert (cache.parent / "test.npz").exists() and not (cache.parent / "resnet50.onnx").exists()
+    # what the benchmarks' files say of it; 4096 images at batch 32 fit in one epoch
+    assert trained_as(model) == "the 'tiny' model: 1 epoch on 4096 images"
 
 
 def test_cli_quantizes_with_top1_report(cache, tmp_path):

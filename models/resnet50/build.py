@@ -64,7 +64,10 @@ def trained_as(proto) -> str:
     """How the exported ResNet-50 `proto` was trained, from the recipe its export records."""
     meta = {p.key: p.value for p in proto.metadata_props}
     recipe = json.loads(meta["resnet50.train_recipe"])
-    model = "the demo model (`make demo`)" if recipe["name"] == DEMO.name else "the reference model"
+    model = {
+        TrainRecipe.name: "the reference model",
+        DEMO.name: "the demo model (`make demo`)",
+    }.get(recipe["name"], f"the {recipe['name']!r} model")
     epochs = f"{recipe['epochs']} epoch{'s' if recipe['epochs'] > 1 else ''}"
     return f"{model}: {epochs} on {recipe['train_samples']} images"
 
