@@ -6,6 +6,7 @@ preprocessing recipe in its metadata) and `calib.npz` (training images, never te
 `$QUANTIZE_CACHE/resnet50/test.npz` holds the 10k test images, normalised, with labels.
 """
 
+import argparse
 import json
 import math
 import time
@@ -50,7 +51,7 @@ DEMO = TrainRecipe(
 TRAINED = {"reference": TrainRecipe(), "demo": DEMO}
 
 
-def add_model_option(parser) -> None:
+def add_model_option(parser: argparse.ArgumentParser) -> None:
     """A benchmark's `--model`: the key of TRAINED it runs on."""
     parser.add_argument(
         "--model",
