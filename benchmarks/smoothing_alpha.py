@@ -4,9 +4,10 @@ the weight format, on the zoo's transformers.
 SmoothQuant moves a share alpha of each activation outlier into the weights of the GEMMs that
 read it (quantize/passes/smooth_activations.py): the activations get easier to quantize and the
 weights harder. The preset's alpha was chosen with full 8-bit weights; where U8S8 saturates the
-weights have 7 bits (int7), and the balance may lie elsewhere. For each alpha (no smoothing, and
-`auto`, the preset's: with int7 weights it picks by held-out SQNR, quantize/recipe.py; its other
-formats take the alpha it picked) the model is calibrated once (kernel timing off, so that every variant has the same INT8 nodes)
+weights are narrower (paired, int7), and the balance may lie elsewhere. For each alpha (no
+smoothing, and `auto`, the preset's: with paired or int7 weights it picks by held-out SQNR,
+quantize/recipe.py; the other formats take the alpha it picked for the target's first format)
+the model is calibrated once (kernel timing off, so that every variant has the same INT8 nodes)
 and lowered with each weight format this CPU runs exactly; for each: output SQNR on the held-out
 samples, the zoo's task fidelity, and speed against the cleaned FP32 graph, all timed in one
 run. Writes benchmarks/results/smoothing_alpha_TARGET.{json,md}.
