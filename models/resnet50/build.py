@@ -18,6 +18,7 @@ import numpy as np
 from models.resnet50 import data
 from onnxio import atomic_path, save_model
 from quantize.cache import cache_dir
+from quantize.recipe import metadata
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ DEMO = TrainRecipe(
 
 
 # The trained models a benchmark can run on (`--model`): the reference takes hours on 2 AVX2 cores.
-TRAINED = {"reference": TrainRecipe(), "demo": DEMO}
+TRAINED = {recipe.name: recipe for recipe in (TrainRecipe(), DEMO)}
 
 
 def add_model_option(parser: argparse.ArgumentParser) -> None:
@@ -56,15 +57,14 @@ def add_model_option(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--model",
         choices=TRAINED,
-        default="reference",
+        default=TrainRecipe.name,
         help="the trained ResNet-50: the reference (4 epochs) or `make demo`'s (minutes)",
     )
 
 
 def trained_as(proto) -> str:
     """How the exported ResNet-50 `proto` was trained, from the recipe its export records."""
-    meta = {p.key: p.value for p in proto.metadata_props}
-    recipe = json.loads(meta["resnet50.train_recipe"])
+    recipe = json.loads(metadata(proto)["resnet50.train_recipe"])
     model = {
         TrainRecipe.name: "the reference model",
         DEMO.name: "the demo model (`make demo`)",
